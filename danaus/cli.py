@@ -1,0 +1,66 @@
+"""The ``danaus`` command."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def load(target: str) -> Callable[..., Any]:
+    """Load ``path/to/file.py::name`` (or ``package.module::name``)."""
+    location, sep, name = target.partition("::")
+    if not sep or not name:
+        raise SystemExit(f"expected PATH::NAME, got {target!r}")
+    if location.endswith(".py"):
+        path = Path(location).resolve()
+        if not path.exists():
+            raise SystemExit(f"no such file: {location}")
+        module_name = path.stem
+        sys.path.insert(0, str(path.parent))
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(location)
+    try:
+        return getattr(module, name)
+    except AttributeError:
+        raise SystemExit(f"{location} has no {name!r}") from None
+
+
+def _sim(args: argparse.Namespace) -> int:
+    import danaus.sim
+
+    main = load(args.target)
+    result = danaus.sim.run(main, hosts=args.hosts, seed=args.seed)
+    if args.trace:
+        result.trace.write(args.trace)
+    print(f"result: {result.value!r}")
+    print(f"simulated time: {result.time:.6f} s, {len(result.trace)} trace events")
+    print(f"trace digest: {result.digest}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="danaus", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    sim = commands.add_parser(
+        "sim", help="run a program on the simulator and print its trace digest"
+    )
+    sim.add_argument("target", help="PATH::FUNCTION, the controller's main")
+    sim.add_argument("--hosts", type=int, default=1)
+    sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument("--trace", help="write the trace as JSON lines to this file")
+    sim.set_defaults(handler=_sim)
+    args = parser.parse_args(argv)
+    return args.handler(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

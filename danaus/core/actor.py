@@ -1,0 +1,163 @@
+"""Actor, the endpoint decorator, and the endpoint table callers check arguments against."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, overload
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_ENDPOINT_ATTR = "__danaus_endpoint__"
+_TABLE_ATTR = "__danaus_endpoints__"
+
+
+@dataclass(frozen=True)
+class _EndpointOptions:
+    explicit_response_port: bool = False
+
+
+_NO_DEFAULT = inspect.Parameter.empty
+
+
+class _HasDefault:
+    def __repr__(self) -> str:
+        return "..."
+
+
+_DEFAULT = _HasDefault()
+
+
+@dataclass(frozen=True)
+class EndpointSpec:
+    """What a caller needs to know of an endpoint: its name and parameters.
+
+    It travels inside mesh references, so it holds parameter kinds and names
+    but neither the function nor its annotations.
+    """
+
+    owner: str
+    name: str
+    params: tuple[tuple[str, int, bool], ...]
+    is_async: bool
+    explicit_response_port: bool
+    _signature: inspect.Signature | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, owner: str, fn: Callable[..., Any], options: _EndpointOptions) -> EndpointSpec:
+        params = list(inspect.signature(fn).parameters.values())[1:]
+        if options.explicit_response_port:
+            if not params:
+                raise TypeError(
+                    f"{owner}.{fn.__name__} takes a response port but has no parameter for it"
+                )
+            params = params[1:]
+        return cls(
+            owner=owner,
+            name=fn.__name__,
+            params=tuple((p.name, int(p.kind), p.default is not _NO_DEFAULT) for p in params),
+            is_async=inspect.iscoroutinefunction(fn),
+            explicit_response_port=options.explicit_response_port,
+        )
+
+    def signature(self) -> inspect.Signature:
+        if self._signature is None:
+            sig = inspect.Signature(
+                [
+                    inspect.Parameter(
+                        name, inspect._ParameterKind(kind), default=_DEFAULT if has else _NO_DEFAULT
+                    )
+                    for name, kind, has in self.params
+                ]
+            )
+            object.__setattr__(self, "_signature", sig)
+        return self._signature  # type: ignore[return-value]
+
+    def check(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Raise `TypeError` here, at the call site, if the arguments do not fit."""
+        try:
+            self.signature().bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{self.owner}.{self.name}(): {exc}") from None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            EndpointSpec,
+            (self.owner, self.name, self.params, self.is_async, self.explicit_response_port),
+        )
+
+
+@overload
+def endpoint(method: F) -> F: ...
+
+
+@overload
+def endpoint(
+    method: None = None,
+    *,
+    explicit_response_port: bool = False,
+    propagate: Any = None,
+    instrument: bool = True,
+) -> Callable[[F], F]: ...
+
+
+def endpoint(
+    method: F | None = None,
+    *,
+    explicit_response_port: bool = False,
+    propagate: Any = None,
+    instrument: bool = True,
+) -> F | Callable[[F], F]:
+    """Mark an actor method (sync or ``async def``) as callable on meshes of the actor.
+
+    With ``explicit_response_port=True`` the method receives a `Port` right
+    after ``self`` and answers through it instead of returning a value.
+    ``propagate`` and ``instrument`` are accepted for compatibility and ignored.
+    """
+    options = _EndpointOptions(explicit_response_port=explicit_response_port)
+
+    def mark(fn: F) -> F:
+        setattr(fn, _ENDPOINT_ATTR, options)
+        return fn
+
+    return mark(method) if method is not None else mark
+
+
+class Actor:
+    """Base class of actors.
+
+    An actor handles one message at a time, in arrival order. Its methods marked
+    with `endpoint` can be called on a mesh of actors. Optional hooks:
+
+    * ``__supervise__(self, failure)`` is told of failures of meshes this actor
+      spawned; return True when handled.
+    * ``__cleanup__(self, exc)`` runs when the actor stops (``exc`` is None on a
+      graceful stop).
+    """
+
+    @property
+    def logger(self) -> logging.Logger:
+        """A logger named after the actor's class."""
+        return logging.getLogger(f"danaus.actor.{type(self).__qualname__}")
+
+    @endpoint
+    async def __initialized__(self) -> None:
+        """Answers once ``__init__`` has run: behind it in the mailbox (``mesh.initialized``)."""
+
+
+def endpoints_of(cls: type) -> dict[str, EndpointSpec]:
+    """The endpoint table of an actor class (computed once per class)."""
+    table = cls.__dict__.get(_TABLE_ATTR)
+    if table is None:
+        table = {}
+        for klass in reversed(cls.__mro__):
+            for name, value in vars(klass).items():
+                options = getattr(value, _ENDPOINT_ATTR, None)
+                if options is not None:
+                    table[name] = EndpointSpec.of(cls.__qualname__, value, options)
+                elif name in table:
+                    del table[name]
+        setattr(cls, _TABLE_ATTR, table)
+    return table

@@ -1,0 +1,83 @@
+"""System actors: the agent every proc runs, and the agent every host runs.
+
+They are ordinary actors with well-known keys, so spawning actors and procs
+travels as ordinary messages, in order, over any transport. Endpoints that may
+wait a long time answer through an explicit port from a task of their own, so
+the agent keeps taking messages meanwhile (a stop may need a spawn to finish).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+from danaus.core.actor import Actor, endpoint
+from danaus.core.context import current_rank
+from danaus.core.instance import Instance
+from danaus.core.ports import Port
+from danaus.core.serialize import Buffer
+from danaus.transports.base import ProcSpec
+
+if TYPE_CHECKING:
+    from danaus.core.mesh import ProcMesh
+    from danaus.core.runtime import Runtime
+
+PROC_AGENT = "agent"
+HOST_AGENT = "host"
+
+
+def _answer_later(runtime: Runtime, port: Port[Any], work: Awaitable[Any]) -> None:
+    async def run() -> None:
+        try:
+            result = await work
+        except Exception as exc:
+            port.exception(exc)
+        else:
+            port.send(result)
+
+    runtime.loop.create_task(run())
+
+
+class ProcAgent(Actor):
+    """Spawns and stops actors on its proc."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+
+    @endpoint
+    async def spawn(
+        self, mesh_id: str, name: str, blob: list[Buffer], creator: str, proc_mesh: ProcMesh
+    ) -> None:
+        Instance.spawn(self._runtime, mesh_id, name, current_rank(), blob, creator, proc_mesh)
+
+    @endpoint(explicit_response_port=True)
+    async def stop_actor(self, port: Port[None], mesh_id: str) -> None:
+        _answer_later(self._runtime, port, self._runtime.stop_actors([mesh_id]))
+
+    @endpoint(explicit_response_port=True)
+    async def stop_all(self, port: Port[None]) -> None:
+        _answer_later(self._runtime, port, self._runtime.stop_actors())
+
+    @endpoint
+    async def ping(self) -> None:
+        return None
+
+
+class HostAgent(Actor):
+    """Starts and stops procs on its host through the world's launcher."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self._launched: dict[str, list[str]] = {}
+
+    @endpoint(explicit_response_port=True)
+    async def spawn_procs(self, port: Port[None], mesh_id: str, count: int, name: str) -> None:
+        first = current_rank().rank * count
+        specs = [ProcSpec(f"{mesh_id}.{first + i}", self._runtime.host, name) for i in range(count)]
+        self._launched[mesh_id] = [spec.proc_id for spec in specs]
+        _answer_later(self._runtime, port, self._runtime.world.launcher.launch(specs))
+
+    @endpoint(explicit_response_port=True)
+    async def stop_procs(self, port: Port[None], mesh_id: str, timeout: float) -> None:
+        procs = self._launched.pop(mesh_id, [])
+        _answer_later(self._runtime, port, self._runtime.world.launcher.stop(procs, timeout))

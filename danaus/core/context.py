@@ -1,0 +1,57 @@
+"""What code running in an actor (or in the controller) can ask about itself."""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from typing import TYPE_CHECKING
+
+from danaus.core.shape import Extent, Point
+
+if TYPE_CHECKING:
+    from danaus.core.instance import Instance
+
+
+class Context:
+    """The running actor and the position of this message's recipient."""
+
+    __slots__ = ("actor_instance", "message_rank")
+
+    def __init__(self, actor_instance: Instance, message_rank: Point) -> None:
+        self.actor_instance = actor_instance
+        self.message_rank = message_rank
+
+    def __repr__(self) -> str:
+        return f"Context({self.actor_instance.actor_id}, message_rank={self.message_rank})"
+
+
+NO_MESSAGE = Point(0, Extent((), ()))
+
+_current: ContextVar[Context] = ContextVar("danaus_context")
+
+
+def set_context(ctx: Context) -> object:
+    return _current.set(ctx)
+
+
+def reset_context(token: object) -> None:
+    _current.reset(token)  # type: ignore[arg-type]
+
+
+def context() -> Context:
+    """The current actor's context; in controller code, the controller's own."""
+    ctx = _current.get(None)
+    if ctx is None:
+        from danaus.core.config import current_world
+
+        return current_world().root.client.context
+    return ctx
+
+
+def current_rank() -> Point:
+    """This message's recipient's position within the slice of the mesh that was messaged."""
+    return context().message_rank
+
+
+def current_size() -> dict[str, int]:
+    """Sizes of the slice of the mesh that was messaged."""
+    return dict(context().message_rank.extent)

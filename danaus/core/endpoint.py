@@ -1,0 +1,180 @@
+"""Endpoints of actor meshes and their adverbs: call, call_one, choose, stream, broadcast.
+
+Every adverb checks its arguments against the endpoint's signature and pickles
+them where it is called, so a wrong or unpicklable argument raises there and
+not in a remote actor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+
+from danaus.core.context import context
+from danaus.core.future import Future
+from danaus.core.ports import (
+    FirstHandler,
+    FoldHandler,
+    GatherHandler,
+    Port,
+    ReplyHandler,
+    StreamHandler,
+)
+from danaus.core.serialize import Buffer, dumps
+from danaus.core.shape import Shape
+from danaus.core.value_mesh import ValueMesh
+from danaus.core.wire import PortRef
+
+if TYPE_CHECKING:
+    from danaus.core.actor import EndpointSpec
+    from danaus.core.instance import Instance
+    from danaus.core.mesh import ActorMesh
+    from danaus.core.runtime import Runtime
+
+R = TypeVar("R")
+A = TypeVar("A")
+
+Expect = Callable[[list[str], "asyncio.AbstractEventLoop"], tuple["ReplyHandler", Any]]
+"""Makes the handler for the replies from the given procs, and what the adverb returns."""
+
+
+class Endpoint(Generic[R]):
+    """One endpoint of a mesh (or slice) of actors: ``mesh.train``."""
+
+    def __init__(self, mesh: ActorMesh, spec: EndpointSpec) -> None:
+        self._mesh = mesh
+        self._spec = spec
+
+    @property
+    def name(self) -> str:
+        return self._spec.name
+
+    def _prepare(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[Runtime, Instance, list[Buffer]]:
+        self._mesh._check_usable()
+        self._spec.check(args, kwargs)
+        payload = dumps((args, kwargs), f"an argument of {self._spec.owner}.{self._spec.name}()")
+        sender = context().actor_instance
+        return sender._runtime, sender, payload
+
+    def _cast(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        expect: Expect | None = None,
+        *,
+        choose: bool = False,
+        reply: PortRef | None = None,
+    ) -> Any:
+        """Send to the mesh (or one chosen actor); ``expect`` makes the reply handler and result."""
+        runtime, sender, payload = self._prepare(args, kwargs)
+        shape = self._mesh._shape
+        targets = self._mesh._targets()
+        if choose:
+            index = sender.choose_index(self._mesh._mesh_id, len(targets))
+            shape = shape.slice(**_coords_of(shape, index))
+            targets = [(targets[index][0], 0)]
+        result = None
+        if expect is not None:
+            handler, result = expect([proc for proc, _ in targets], runtime.loop)
+            reply = runtime.open_port(handler)
+        runtime.send_call(
+            sender, targets, self._mesh._mesh_id, self._spec.name, shape, payload, reply
+        )
+        return result
+
+    def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh[R]]:
+        """Call every actor of the mesh; a future of their answers as a `ValueMesh`."""
+        shape = self._mesh._shape
+
+        def gather(
+            procs: list[str], loop: asyncio.AbstractEventLoop
+        ) -> tuple[ReplyHandler, Future[Any]]:
+            afut = loop.create_future()
+            return GatherHandler(procs, shape, afut), Future(loop, afut)
+
+        return self._cast(args, kwargs, gather)
+
+    def call_one(self, *args: Any, **kwargs: Any) -> Future[R]:
+        """Call the single actor of a mesh of exactly one actor."""
+        if len(self._mesh) != 1:
+            raise ValueError(
+                f"call_one needs a mesh of exactly one actor; this one has {len(self._mesh)} "
+                f"({self._mesh.sizes}); slice it first or use call()"
+            )
+        return self._cast(args, kwargs, _first)
+
+    def choose(self, *args: Any, **kwargs: Any) -> Future[R]:
+        """Call one actor of the mesh, chosen to spread load across calls."""
+        return self._cast(args, kwargs, _first, choose=True)
+
+    def stream(self, *args: Any, **kwargs: Any) -> Iterator[Future[R]]:
+        """Call every actor; one future per actor, settling in the order answers arrive."""
+
+        def each(procs: list[str], loop: asyncio.AbstractEventLoop) -> tuple[ReplyHandler, Any]:
+            afuts = [loop.create_future() for _ in procs]
+            return StreamHandler(procs, afuts), iter([Future(loop, a) for a in afuts])
+
+        return self._cast(args, kwargs, each)
+
+    def broadcast(self, *args: Any, **kwargs: Any) -> None:
+        """Send to every actor without waiting. An exception in the endpoint fails the actor."""
+        self._cast(args, kwargs)
+
+    def _fold(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        identity: A,
+        combine: Callable[[A, R], A],
+    ) -> Future[A]:
+        def fold(
+            procs: list[str], loop: asyncio.AbstractEventLoop
+        ) -> tuple[ReplyHandler, Future[Any]]:
+            afut = loop.create_future()
+            return FoldHandler(procs, afut, identity, combine), Future(loop, afut)
+
+        return self._cast(args, kwargs, fold)
+
+    def __repr__(self) -> str:
+        return f"<Endpoint {self._spec.owner}.{self._spec.name} of {self._mesh!r}>"
+
+
+def _first(procs: list[str], loop: asyncio.AbstractEventLoop) -> tuple[ReplyHandler, Future[Any]]:
+    afut = loop.create_future()
+    return FirstHandler(procs, afut), Future(loop, afut)
+
+
+def _coords_of(shape: Shape, index: int) -> dict[str, slice]:
+    point = shape.point(index)
+    return {label: slice(point[label], point[label] + 1) for label in shape.labels}
+
+
+class Accumulator(Generic[R, A]):
+    """Folds the answers of every actor of a mesh: ``Accumulator(ep, 0, operator.add)``."""
+
+    def __init__(self, endpoint: Endpoint[R], identity: A, combine: Callable[[A, R], A]) -> None:
+        self._endpoint = endpoint
+        self._identity = identity
+        self._combine = combine
+
+    def accumulate(self, *args: Any, **kwargs: Any) -> Future[A]:
+        """Call the endpoint on every actor and fold the answers as they arrive."""
+        return self._endpoint._fold(args, kwargs, self._identity, self._combine)
+
+
+def send(
+    endpoint: Endpoint[Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    port: Port[Any] | None = None,
+    selection: Literal["all", "choose"] = "all",
+) -> None:
+    """The primitive cast: deliver to the selected actors, answers (if any) to ``port``."""
+    if selection not in ("all", "choose"):
+        raise ValueError(f"selection must be 'all' or 'choose', not {selection!r}")
+    endpoint._cast(
+        args, kwargs, choose=selection == "choose", reply=port._ref if port is not None else None
+    )

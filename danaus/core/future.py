@@ -1,0 +1,80 @@
+"""Future: a result that arrives later, usable from sync and async code alike."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Generator
+from typing import Any, Generic, TypeVar
+
+from danaus.core.blocking import block_on
+
+R = TypeVar("R")
+
+
+def transfer_outcome(src: asyncio.Future[Any], dst: asyncio.Future[Any]) -> None:
+    """Settle ``dst`` as ``src`` settled (on ``dst``'s loop thread)."""
+    if dst.done():
+        return
+    if src.cancelled():
+        dst.cancel()
+    elif src.exception() is not None:
+        dst.set_exception(src.exception())
+    else:
+        dst.set_result(src.result())
+
+
+class Future(Generic[R]):
+    """The eventual result of a message.
+
+    Call `get` from sync code or ``await`` it from async code. A `get` that
+    times out raises `TimeoutError` and leaves the future usable: a later
+    `get` or ``await`` can still collect the result. Futures are made by
+    Danaus, not by users.
+    """
+
+    __slots__ = ("_afut", "_loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, afut: asyncio.Future[R]) -> None:
+        self._loop = loop
+        self._afut = afut
+
+    def get(self, timeout: float | None = None) -> R:
+        """Wait for the result (at most ``timeout`` seconds) and return it, or raise its error."""
+        if self._afut.done():
+            return self._afut.result()
+        return block_on(self._loop, self._afut, timeout)
+
+    def result(self, timeout: float | None = None) -> R:
+        """Same as `get`."""
+        return self.get(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """Wait for the outcome and return its exception, or None if it succeeded."""
+        try:
+            self.get(timeout)
+        except TimeoutError:
+            if not self._afut.done():
+                raise
+            return self._afut.exception()
+        except BaseException as exc:
+            return exc
+        return None
+
+    def done(self) -> bool:
+        return self._afut.done()
+
+    def __await__(self) -> Generator[Any, None, R]:
+        running = asyncio.get_running_loop()
+        if running is self._loop:
+            return (yield from self._afut.__await__())
+        target: asyncio.Future[R] = running.create_future()
+
+        def forward(src: asyncio.Future[R]) -> None:
+            running.call_soon_threadsafe(transfer_outcome, src, target)
+
+        self._loop.call_soon_threadsafe(self._afut.add_done_callback, forward)
+        return (yield from target.__await__())
+
+    def __repr__(self) -> str:
+        state = "done" if self._afut.done() else "pending"
+        return f"<danaus.Future {state}>"

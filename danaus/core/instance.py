@@ -1,0 +1,358 @@
+"""Instance: one actor as its proc hosts it.
+
+An instance owns the user's actor object, a mailbox and the task that drains
+it one message at a time. It is also what ``context().actor_instance`` gives
+to the code running in the actor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import traceback
+from collections import deque
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from danaus.core.actor import Actor, EndpointSpec, endpoints_of
+from danaus.core.context import NO_MESSAGE, Context, reset_context, set_context
+from danaus.core.errors import ActorError, MeshStoppedError, RemoteException, SupervisionError
+from danaus.core.ports import Port
+from danaus.core.serialize import Buffer, dumps, loads
+from danaus.core.shape import Extent, Point
+from danaus.core.wire import Call
+
+if TYPE_CHECKING:
+    from danaus.core.mesh import HostMesh, ProcMesh
+    from danaus.core.runtime import Runtime
+    from danaus.transports.base import SyncRunner
+
+log = logging.getLogger("danaus.actor")
+
+_DANAUS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def remote_traceback(exc: BaseException) -> str:
+    """The traceback of ``exc`` without Danaus's own frames: what the user's code did."""
+    frames = [
+        f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_DANAUS_DIR)
+    ]
+    lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames)]
+    lines.extend(traceback.format_exception_only(type(exc), exc))
+    return "".join(lines)
+
+
+def actor_error_payload(actor_id: str, exc: BaseException) -> list[Buffer]:
+    """A pickled `ActorError` for ``exc``, standing in for ``exc`` if it cannot be pickled."""
+    tb = remote_traceback(exc)
+    try:
+        return dumps(ActorError(actor_id, exc, tb))
+    except TypeError:
+        return dumps(ActorError(actor_id, RemoteException(type(exc).__qualname__, str(exc)), tb))
+
+
+class _Mailbox:
+    """A FIFO of messages drained by one task (leaner than `asyncio.Queue` on the hot path)."""
+
+    __slots__ = ("_items", "_loop", "_waiter")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._items: deque[Any] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, item: Any) -> None:
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def get(self) -> Any:
+        while not self._items:
+            self._waiter = self._loop.create_future()
+            await self._waiter
+        return self._items.popleft()
+
+    def take_all(self) -> list[Any]:
+        items = list(self._items)
+        self._items.clear()
+        return items
+
+
+class Instance:
+    """A hosted actor: its identity, mailbox and state."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        key: str,
+        actor_id: str,
+        name: str,
+        rank: Point,
+        *,
+        creator: str | None = None,
+        proc_mesh: ProcMesh | None = None,
+        is_system: bool = False,
+    ) -> None:
+        self._runtime = runtime
+        self.key = key
+        self.actor_id = actor_id
+        self.name = name
+        self.rank = rank
+        self.creator = creator
+        self._proc_mesh = proc_mesh
+        self.is_system = is_system
+        self.class_name = "Client"
+        self.context = Context(self, rank)
+        self._seq = itertools.count()
+        self._obj: Actor | None = None
+        self._endpoints: dict[str, EndpointSpec] = {}
+        self._mailbox: _Mailbox | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._runner: SyncRunner | None = None
+        self._stopped: asyncio.Future[None] | None = None
+        self.state = "running"
+        self.owned: list[Any] = []
+        self._choices: dict[str, int] = {}
+
+    @classmethod
+    def client(cls, runtime: Runtime) -> Instance:
+        """The instance standing for non-actor code (the controller's main code) on a proc."""
+        return cls(runtime, "client", f"{runtime.proc_id}/client", "client", NO_MESSAGE)
+
+    @classmethod
+    def system(cls, runtime: Runtime, key: str, actor: Actor) -> Instance:
+        instance = cls(runtime, key, f"{runtime.proc_id}/{key}", key, NO_MESSAGE, is_system=True)
+        instance._adopt_object(actor)
+        instance._start(None)
+        return instance
+
+    @classmethod
+    def spawn(
+        cls,
+        runtime: Runtime,
+        mesh_id: str,
+        name: str,
+        rank: Point,
+        blob: list[Buffer],
+        creator: str,
+        proc_mesh: ProcMesh,
+    ) -> Instance:
+        """Host a new actor of mesh ``mesh_id``; it is built from ``blob`` before any message."""
+        instance = cls(
+            runtime,
+            mesh_id,
+            f"{mesh_id}/{name}[{rank.rank}]",
+            name,
+            rank,
+            creator=creator,
+            proc_mesh=proc_mesh,
+        )
+        instance.state = "starting"
+        runtime.add_actor(instance)
+        instance._start(blob)
+        runtime.trace.record("spawn", runtime.proc_id, actor=instance.actor_id)
+        return instance
+
+    # ---- what code in the actor can see ------------------------------------------------
+
+    @property
+    def proc_id(self) -> str:
+        return self._runtime.proc_id
+
+    @property
+    def proc(self) -> ProcMesh:
+        """This actor's own proc, as a mesh of one."""
+        from danaus.core.mesh import ProcMesh
+
+        return ProcMesh.single(self._runtime.proc_id, self.host_mesh)
+
+    @property
+    def host_mesh(self) -> HostMesh:
+        from danaus.core.mesh import HostMesh
+
+        return HostMesh.single(self._runtime.host_agent)
+
+    @property
+    def proc_mesh(self) -> ProcMesh:
+        """The proc mesh this actor was spawned on."""
+        return self._proc_mesh if self._proc_mesh is not None else self.proc
+
+    def next_seq(self) -> int:
+        return next(self._seq)
+
+    def choose_index(self, mesh_id: str, count: int) -> int:
+        """Round-robin over a mesh's actors, per caller: what ``choose`` sends to next."""
+        index = self._choices.get(mesh_id, 0)
+        self._choices[mesh_id] = index + 1
+        return index % count
+
+    def __repr__(self) -> str:
+        return f"<Instance {self.actor_id} {self.state}>"
+
+    # ---- running --------------------------------------------------------------------
+
+    def _adopt_object(self, obj: Actor) -> None:
+        self._obj = obj
+        self._endpoints = endpoints_of(type(obj))
+        self.class_name = type(obj).__qualname__
+
+    def _start(self, blob: list[Buffer] | None) -> None:
+        self._mailbox = _Mailbox(self._runtime.loop)
+        self._stopped = self._runtime.loop.create_future()
+        self._task = self._runtime.loop.create_task(self._serve(blob))
+
+    def post(self, call: Call, payload: list[Buffer]) -> None:
+        """Queue a message (on the loop thread)."""
+        if self.state in ("starting", "running"):
+            assert self._mailbox is not None
+            self._mailbox.put((call, payload))
+        elif self.state == "failed":
+            self._runtime.reply_error(call, self._failure_error(), self)
+        else:
+            self._runtime.reply_error(
+                call, MeshStoppedError(f"actor {self.actor_id} was stopped"), self
+            )
+
+    async def _serve(self, blob: list[Buffer] | None) -> None:
+        assert self._mailbox is not None
+        if blob is not None and not await self._construct(blob):
+            return
+        while True:
+            item = await self._mailbox.get()
+            if item is None:
+                break
+            await self._handle(*item)
+        await self._finish()
+
+    def _sync(self) -> SyncRunner:
+        if self._runner is None:
+            self._runner = self._runtime.world.sync_runner()
+        return self._runner
+
+    async def _invoke(self, fn: Callable[..., Any], is_async: bool) -> Any:
+        if is_async:
+            return await fn()
+        return await self._sync().run(fn)
+
+    async def _construct(self, blob: list[Buffer]) -> bool:
+        token = set_context(self.context)
+        try:
+            cls, args, kwargs = loads(blob)
+            obj = cls.__new__(cls)
+            self._adopt_object(obj)
+            await self._invoke(partial(cls.__init__, obj, *args, **kwargs), is_async=False)
+        except Exception as exc:
+            self._fail(exc, "__init__")
+            return False
+        finally:
+            reset_context(token)
+        self.state = "running"
+        return True
+
+    async def _handle(self, call: Call, payload: list[Buffer]) -> None:
+        token = set_context(Context(self, Point(call.point, Extent.of(call.labels, call.sizes))))
+        spec = self._endpoints.get(call.method)
+        answers = call.reply is not None and not (spec is not None and spec.explicit_response_port)
+        try:
+            if spec is None:
+                raise AttributeError(f"{self.class_name} has no endpoint {call.method!r}")
+            args, kwargs = loads(payload)
+            if spec.explicit_response_port:
+                args = (Port(call.reply, call.point), *args)
+            result = await self._invoke(
+                partial(getattr(self._obj, call.method), *args, **kwargs), spec.is_async
+            )
+        except Exception as exc:
+            if answers:
+                assert call.reply is not None
+                self._runtime.send_reply(
+                    self, call.reply, call.point, actor_error_payload(self.actor_id, exc), True
+                )
+            else:
+                self._fail(exc, f"endpoint {call.method}")
+        else:
+            if answers:
+                assert call.reply is not None
+                try:
+                    frames = dumps(result, f"result of {self.class_name}.{call.method}")
+                except TypeError as exc:
+                    frames, error = actor_error_payload(self.actor_id, exc), True
+                else:
+                    error = False
+                self._runtime.send_reply(self, call.reply, call.point, frames, error)
+        finally:
+            reset_context(token)
+
+    # ---- ending ---------------------------------------------------------------------
+
+    def _failure_error(self) -> SupervisionError:
+        return SupervisionError(f"actor {self.actor_id} has failed")
+
+    def _fail(self, exc: BaseException, where: str) -> None:
+        """The actor dies: every queued message is answered with a `SupervisionError`."""
+        self.state = "failed"
+        log.error(
+            "actor %s failed in %s:\n%s", self.actor_id, where, remote_traceback(exc).rstrip()
+        )
+        self._runtime.trace.record("fail", self._runtime.proc_id, actor=self.actor_id, where=where)
+        self._drain(self._failure_error())
+        self._runtime.retire(self, self._failure_error())
+        self._release()
+
+    def _drain(self, error: BaseException) -> None:
+        assert self._mailbox is not None
+        for item in self._mailbox.take_all():
+            if item is not None:
+                self._runtime.reply_error(item[0], error, self)
+
+    def _release(self) -> None:
+        if self._runner is not None:
+            self._runner.close()
+        if self._stopped is not None and not self._stopped.done():
+            self._stopped.set_result(None)
+
+    async def stop(self) -> None:
+        """Stop gracefully: finish queued messages, stop owned meshes, run ``__cleanup__``."""
+        if self.state in ("starting", "running"):
+            self.state = "stopping"
+            assert self._mailbox is not None
+            self._mailbox.put(None)
+        if self._stopped is not None:
+            await asyncio.shield(self._stopped)
+
+    async def stop_owned(self) -> None:
+        """Stop the meshes this actor spawned, newest first."""
+        set_context(self.context)
+        while self.owned:
+            await self.owned.pop()._stop_as_owner()
+
+    async def _finish(self) -> None:
+        await self.stop_owned()
+        cleanup = getattr(self._obj, "__cleanup__", None)
+        if cleanup is not None:
+            token = set_context(self.context)
+            try:
+                await self._invoke(partial(cleanup, None), asyncio.iscoroutinefunction(cleanup))
+            except Exception:
+                log.exception("__cleanup__ of %s raised", self.actor_id)
+            finally:
+                reset_context(token)
+        self.state = "stopped"
+        self._runtime.trace.record("stop", self._runtime.proc_id, actor=self.actor_id)
+        self._runtime.retire(self, MeshStoppedError(f"actor {self.actor_id} was stopped"))
+        self._release()
+
+    def abandon(self, reason: BaseException) -> None:
+        """End at once, without cleanup (the proc is going away)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        if self._mailbox is not None:
+            self._drain(reason)
+        self.state = "stopped"
+        self._release()

@@ -1,0 +1,364 @@
+"""HostMesh, ProcMesh and ActorMesh: named multidimensional groups of hosts, procs and actors.
+
+A mesh object is a reference: it pickles into any message, and code holding it
+anywhere can message it. The mesh that `spawn`/`spawn_procs` returned to its
+owner also carries the owner's view of its lifecycle (stopped or not), which
+slices of it share.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from danaus.core.actor import Actor, EndpointSpec, endpoints_of
+from danaus.core.context import context
+from danaus.core.endpoint import Endpoint
+from danaus.core.errors import MeshStoppedError
+from danaus.core.future import Future
+from danaus.core.serialize import dumps
+from danaus.core.shape import Extent, MeshTrait, Shape
+from danaus.transports.base import NumberedNames
+
+if TYPE_CHECKING:
+    from danaus.core.instance import Instance
+
+T = TypeVar("T", bound=Actor)
+
+STOP_TIMEOUT = 10.0
+"""Seconds a graceful stop may take before procs are killed."""
+
+
+class _Lifecycle:
+    """The owner's view of a mesh it spawned: shared by the mesh and its slices."""
+
+    __slots__ = ("initialized", "mesh", "name", "stopped")
+
+    def __init__(self, name: str, initialized: Future[Any] | None = None) -> None:
+        self.name = name
+        self.stopped = False
+        self.initialized = initialized
+        self.mesh: Any = None
+
+
+def _caller() -> Instance:
+    return context().actor_instance
+
+
+class _Mesh(MeshTrait):
+    """What host, proc and actor meshes share: members on procs, a shape, a lifecycle."""
+
+    _procs: Sequence[str]
+    _life: _Lifecycle | None
+    _kind = "mesh"
+
+    def _targets(self) -> list[tuple[str, int]]:
+        procs = self._procs
+        return [(procs[rank], index) for index, rank in enumerate(self._shape.ranks())]
+
+    def _check_usable(self) -> None:
+        if self._life is not None and self._life.stopped:
+            raise MeshStoppedError(f"{self._kind} {self._life.name!r} has been stopped")
+
+    async def __aenter__(self) -> Any:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def stop(self) -> Future[None]:
+        """Stop the whole mesh (all of it, even when called on a slice)."""
+        owner = _caller()
+        if not self._stopping():
+            return owner._runtime.submit(_noop())
+        assert self._life is not None
+        if self._life.mesh in owner.owned:
+            owner.owned.remove(self._life.mesh)
+        return owner._runtime.submit(self._life.mesh._stop_members())
+
+    async def _stop_as_owner(self) -> None:
+        if self._stopping():
+            await self._stop_members()
+
+    async def _stop_members(self) -> None:
+        raise NotImplementedError
+
+    def _own(self, owner: Instance) -> Any:
+        assert self._life is not None
+        self._life.mesh = self
+        owner.owned.append(self)
+        return self
+
+    def _stopping(self) -> bool:
+        """Mark stopped; False if it already was. Only the owner's mesh can be stopped."""
+        if self._life is None:
+            raise NotImplementedError(
+                f"only the owner of a {self._kind} can stop it; this is a reference to one"
+            )
+        if self._life.stopped:
+            return False
+        self._life.stopped = True
+        return True
+
+
+class HostMesh(_Mesh):
+    """Hosts, each with an agent that starts procs on it."""
+
+    _kind = "host mesh"
+
+    def __init__(self, agents: Sequence[str], shape: Shape, life: _Lifecycle | None = None) -> None:
+        self._procs = agents
+        self._shape = shape
+        self._life = life
+
+    @classmethod
+    def single(cls, agent: str) -> HostMesh:
+        return cls((agent,), Shape.unity())
+
+    def _with_shape(self, shape: Shape) -> HostMesh:
+        return HostMesh(self._procs, shape, self._life)
+
+    def _agents(self) -> ActorMesh[Any]:
+        from danaus.core.agents import HOST_AGENT, HostAgent
+
+        return ActorMesh(HOST_AGENT, "hosts", endpoints_of(HostAgent), self._procs, self._shape)
+
+    def spawn_procs(
+        self,
+        per_host: dict[str, int] | None = None,
+        bootstrap: Any = None,
+        name: str | None = None,
+    ) -> ProcMesh:
+        """Start ``per_host`` procs on every host: a proc mesh of host dims plus ``per_host`` dims.
+
+        Returns at once; messages to the procs wait until they are up. The mesh's
+        ``initialized`` future settles when every proc has started.
+        """
+        self._check_usable()
+        if bootstrap is not None:
+            raise NotImplementedError("custom bootstrap is not supported")
+        extent = Extent.from_dict(per_host or {})
+        overlap = set(extent.labels) & set(self._shape.labels)
+        if overlap:
+            raise ValueError(f"per_host dimensions {sorted(overlap)} are already host dimensions")
+        owner = _caller()
+        mesh_id = owner._runtime.new_id()
+        name = name or "procs"
+        count = extent.nelements
+        shape = Shape.from_extent(
+            Extent(self._shape.labels + extent.labels, self._shape.ndslice.sizes + extent.sizes)
+        )
+        started = self._agents().spawn_procs._fold((mesh_id, count, name), {}, None, _ignore)
+        mesh = ProcMesh(
+            mesh_id,
+            NumberedNames(f"{mesh_id}.", len(self) * count),
+            shape,
+            self,
+            _Lifecycle(name, started),
+        )
+        return mesh._own(owner)
+
+    def stop(self) -> Future[None]:
+        """Stop every proc mesh the caller spawned on these hosts."""
+        owner = _caller()
+        hosts = set(self._procs)
+        mine = [
+            m for m in owner.owned if isinstance(m, ProcMesh) and set(m._host_mesh._procs) & hosts
+        ]
+
+        async def stop_all() -> None:
+            for mesh in reversed(mine):
+                if mesh in owner.owned:
+                    owner.owned.remove(mesh)
+                await mesh._stop_as_owner()
+
+        return owner._runtime.submit(stop_all())
+
+    def __repr__(self) -> str:
+        return f"<HostMesh {self.sizes}>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (HostMesh, (self._procs, self._shape))
+
+
+class ProcMesh(_Mesh):
+    """Procs (OS processes, or simulated ones) on which actors are spawned."""
+
+    _kind = "proc mesh"
+
+    def __init__(
+        self,
+        mesh_id: str,
+        procs: Sequence[str],
+        shape: Shape,
+        host_mesh: HostMesh,
+        life: _Lifecycle | None = None,
+    ) -> None:
+        self._mesh_id = mesh_id
+        self._procs = procs
+        self._shape = shape
+        self._host_mesh = host_mesh
+        self._life = life
+
+    @classmethod
+    def single(cls, proc: str, host_mesh: HostMesh) -> ProcMesh:
+        return cls(proc, (proc,), Shape.unity(), host_mesh)
+
+    def _with_shape(self, shape: Shape) -> ProcMesh:
+        return ProcMesh(self._mesh_id, self._procs, shape, self._host_mesh, self._life)
+
+    @property
+    def host_mesh(self) -> HostMesh:
+        return self._host_mesh
+
+    @property
+    def initialized(self) -> Future[Any]:
+        """Settles when every proc has started."""
+        if self._life is not None and self._life.initialized is not None:
+            return self._life.initialized
+        return _proc_agents(self).ping._fold((), {}, None, _ignore)
+
+    def spawn(self, name: str, cls: type[T], *args: Any, **kwargs: Any) -> ActorMesh[T]:
+        """Spawn one ``cls(*args, **kwargs)`` actor on every proc of this mesh.
+
+        Returns at once; ``__init__`` runs on each proc before the actor's first
+        message. Arguments are checked against ``cls.__init__`` here.
+        """
+        self._check_usable()
+        if not (isinstance(cls, type) and issubclass(cls, Actor)):
+            raise TypeError(f"spawn needs a subclass of danaus.Actor, got {cls!r}")
+        endpoints = endpoints_of(cls)
+        clashes = sorted(set(endpoints) & _RESERVED)
+        if clashes:
+            raise ValueError(
+                f"{cls.__qualname__} endpoints {clashes} clash with ActorMesh attributes"
+            )
+        try:
+            inspect.signature(cls).bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{cls.__qualname__}(): {exc}") from None
+        owner = _caller()
+        mesh_id = owner._runtime.new_id()
+        blob = dumps((cls, args, kwargs), f"an argument of {cls.__qualname__}()")
+        _proc_agents(self).spawn.broadcast(mesh_id, name, blob, owner.actor_id, self)
+        mesh: ActorMesh[T] = ActorMesh(
+            mesh_id, name, endpoints, self._procs, self._shape, self, _Lifecycle(name)
+        )
+        return mesh._own(owner)
+
+    async def _stop_members(self) -> None:
+        """Stop every actor on these procs (children first), then end the procs."""
+        await _proc_agents(self).stop_all.call()
+        await self._host_mesh._agents().stop_procs.call(self._mesh_id, STOP_TIMEOUT)
+
+    def __repr__(self) -> str:
+        return f"<ProcMesh {self._mesh_id} {self.sizes}>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ProcMesh, (self._mesh_id, self._procs, self._shape, self._host_mesh))
+
+
+class ActorMesh(_Mesh, Generic[T]):
+    """Actors, one per proc of the proc mesh they were spawned on. Endpoints are attributes."""
+
+    _kind = "actor mesh"
+
+    def __init__(
+        self,
+        mesh_id: str,
+        name: str,
+        endpoints: dict[str, EndpointSpec],
+        procs: Sequence[str],
+        shape: Shape,
+        proc_mesh: ProcMesh | None = None,
+        life: _Lifecycle | None = None,
+    ) -> None:
+        self._mesh_id = mesh_id
+        self._name = name
+        self._endpoints = endpoints
+        self._procs = procs
+        self._shape = shape
+        self._proc_mesh = proc_mesh
+        self._life = life
+
+    def _with_shape(self, shape: Shape) -> ActorMesh[T]:
+        return ActorMesh(
+            self._mesh_id,
+            self._name,
+            self._endpoints,
+            self._procs,
+            shape,
+            self._proc_mesh,
+            self._life,
+        )
+
+    def __getattr__(self, name: str) -> Endpoint[Any]:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        spec = self._endpoints.get(name)
+        if spec is None:
+            raise AttributeError(f"actor mesh {self._name!r} has no endpoint {name!r}")
+        return Endpoint(self, spec)
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def proc_mesh(self) -> ProcMesh | None:
+        return self._proc_mesh
+
+    @property
+    def initialized(self) -> Future[None]:
+        """Settles when every actor has run ``__init__`` (raises if one failed)."""
+        return Endpoint(self, self._endpoints["__initialized__"])._fold((), {}, None, _ignore)
+
+    async def _stop_members(self) -> None:
+        """No new messages; queued ones finish; owned meshes stop; then ``__cleanup__``."""
+        await _proc_agents(self).stop_actor.call(self._mesh_id)
+
+    def __repr__(self) -> str:
+        return f"<ActorMesh {self._name} {self.sizes}>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            ActorMesh,
+            (self._mesh_id, self._name, self._endpoints, self._procs, self._shape, self._proc_mesh),
+        )
+
+
+async def _noop() -> None:
+    return None
+
+
+def _ignore(acc: None, value: Any) -> None:
+    return None
+
+
+def _proc_agents(mesh: _Mesh) -> ActorMesh[Any]:
+    """The proc agents of the procs under ``mesh``, shaped like it."""
+    from danaus.core.agents import PROC_AGENT, ProcAgent
+
+    return ActorMesh(PROC_AGENT, "agents", endpoints_of(ProcAgent), mesh._procs, mesh._shape)
+
+
+_RESERVED = frozenset(name for name in dir(ActorMesh) if not name.startswith("_"))
+
+
+def this_host() -> HostMesh:
+    """The host the calling code runs on, as a host mesh of one."""
+    return context().actor_instance.host_mesh
+
+
+def this_proc() -> ProcMesh:
+    """The proc the calling code runs on, as a proc mesh of one."""
+    return context().actor_instance.proc
+
+
+def hosts() -> HostMesh:
+    """Every host of the world (cluster or simulation), as a host mesh with dimension ``hosts``."""
+    from danaus.core.config import current_world
+
+    agents = current_world().hosts()
+    return HostMesh(agents, Shape.from_extent(Extent(["hosts"], [len(agents)])))

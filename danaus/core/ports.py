@@ -1,0 +1,260 @@
+"""Ports: where replies and user messages arrive.
+
+A port lives on the proc that opened it; a `PortRef` names it anywhere. Each
+adverb opens a port with a handler that knows what to make of what arrives
+(a ValueMesh for ``call``, a stream of futures for ``stream``...). Users open
+their own with `Channel.open`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from danaus.core.context import context
+from danaus.core.errors import SupervisionError
+from danaus.core.future import Future
+from danaus.core.serialize import Buffer, dumps, loads
+from danaus.core.shape import Shape
+from danaus.core.value_mesh import ValueMesh
+from danaus.core.wire import PortRef
+
+if TYPE_CHECKING:
+    from danaus.core.runtime import Runtime
+
+R = TypeVar("R")
+A = TypeVar("A")
+
+
+def _settle(
+    afut: asyncio.Future[Any], value: Any = None, error: BaseException | None = None
+) -> None:
+    if afut.done():
+        return
+    if error is not None:
+        afut.set_exception(error)
+    else:
+        afut.set_result(value)
+
+
+class PortHandler:
+    """Receives what arrives at one port; runs on the owning proc's loop thread."""
+
+    port: int
+    runtime: Runtime
+
+    def deliver(self, rank: int, payload: list[Buffer], error: bool) -> None:
+        raise NotImplementedError
+
+    def lost(self, proc: str, error: SupervisionError) -> None:
+        """``proc`` is gone: fail whatever this port still waits for from it."""
+
+    def close(self) -> None:
+        self.runtime.close_port(self.port)
+
+
+def decode(payload: list[Buffer], error: bool) -> tuple[Any, BaseException | None]:
+    """The value in a reply, or the exception it carries."""
+    try:
+        value = loads(payload)
+    except Exception as exc:
+        return None, exc
+    if error:
+        return None, value if isinstance(value, BaseException) else RuntimeError(repr(value))
+    return value, None
+
+
+class ReplyHandler(PortHandler):
+    """Waits for one reply from each of a known list of procs (one per messaged rank)."""
+
+    def __init__(self, procs: Sequence[str]) -> None:
+        self.procs = procs
+        self.remaining = set(range(len(procs)))
+
+    def deliver(self, rank: int, payload: list[Buffer], error: bool) -> None:
+        if rank not in self.remaining:
+            return
+        self.remaining.discard(rank)
+        value, exc = decode(payload, error)
+        self.arrived(rank, value, exc)
+        if not self.remaining:
+            self.close()
+
+    def lost(self, proc: str, error: SupervisionError) -> None:
+        for rank in sorted(r for r in self.remaining if self.procs[r] == proc):
+            self.remaining.discard(rank)
+            self.arrived(rank, None, error)
+        if not self.remaining:
+            self.close()
+
+    def arrived(self, rank: int, value: Any, exc: BaseException | None) -> None:
+        raise NotImplementedError
+
+
+class GatherHandler(ReplyHandler):
+    """``call``: a ValueMesh of every reply, or the first error."""
+
+    def __init__(self, procs: Sequence[str], shape: Shape, afut: asyncio.Future[Any]) -> None:
+        super().__init__(procs)
+        self.shape = shape
+        self.afut = afut
+        self.values: list[Any] = [None] * len(procs)
+
+    def arrived(self, rank: int, value: Any, exc: BaseException | None) -> None:
+        if exc is not None:
+            _settle(self.afut, error=exc)
+            self.remaining.clear()
+            return
+        self.values[rank] = value
+        if not self.remaining:
+            _settle(self.afut, ValueMesh(self.shape, self.values))
+
+
+class FirstHandler(ReplyHandler):
+    """``call_one`` and ``choose``: the single reply."""
+
+    def __init__(self, procs: Sequence[str], afut: asyncio.Future[Any]) -> None:
+        super().__init__(procs)
+        self.afut = afut
+
+    def arrived(self, rank: int, value: Any, exc: BaseException | None) -> None:
+        _settle(self.afut, value, exc)
+
+
+class StreamHandler(ReplyHandler):
+    """``stream``: the k-th future settles with the k-th reply to arrive."""
+
+    def __init__(self, procs: Sequence[str], afuts: list[asyncio.Future[Any]]) -> None:
+        super().__init__(procs)
+        self.afuts = deque(afuts)
+
+    def arrived(self, rank: int, value: Any, exc: BaseException | None) -> None:
+        _settle(self.afuts.popleft(), value, exc)
+
+
+class FoldHandler(ReplyHandler):
+    """``Accumulator``: fold every reply into one value."""
+
+    def __init__(
+        self,
+        procs: Sequence[str],
+        afut: asyncio.Future[Any],
+        identity: Any,
+        combine: Callable[[Any, Any], Any],
+    ) -> None:
+        super().__init__(procs)
+        self.afut = afut
+        self.acc = identity
+        self.combine = combine
+
+    def arrived(self, rank: int, value: Any, exc: BaseException | None) -> None:
+        if exc is None:
+            try:
+                self.acc = self.combine(self.acc, value)
+            except Exception as err:
+                exc = err
+        if exc is not None:
+            _settle(self.afut, error=exc)
+            self.remaining.clear()
+        elif not self.remaining:
+            _settle(self.afut, self.acc)
+
+
+class QueueHandler(PortHandler):
+    """A user `Channel`: messages queue until received."""
+
+    def __init__(self, once: bool, ranked: bool) -> None:
+        self.once = once
+        self.ranked = ranked
+        self.queue: deque[tuple[Any, BaseException | None]] = deque()
+        self.waiters: deque[asyncio.Future[Any]] = deque()
+
+    def deliver(self, rank: int, payload: list[Buffer], error: bool) -> None:
+        value, exc = decode(payload, error)
+        if self.ranked and exc is None:
+            value = (rank, value)
+        if self.waiters:
+            _settle(self.waiters.popleft(), value, exc)
+        else:
+            self.queue.append((value, exc))
+        if self.once:
+            self.close()
+
+    def wait(self, afut: asyncio.Future[Any]) -> None:
+        if self.queue:
+            value, exc = self.queue.popleft()
+            _settle(afut, value, exc)
+        else:
+            self.waiters.append(afut)
+
+
+class Port(Generic[R]):
+    """Where to send values: picklable, so it can travel in messages to any actor.
+
+    ``send`` and ``exception`` work from wherever the port was passed to.
+    """
+
+    def __init__(self, ref: PortRef | None, rank: int | None = None) -> None:
+        self._ref = ref
+        self._rank = rank
+
+    def send(self, value: R) -> None:
+        """Send ``value`` to the port's receiver."""
+        self._post(dumps(value, "value sent to a port"), error=False)
+
+    def exception(self, exc: BaseException) -> None:
+        """Make the receiver's ``recv`` raise ``exc``."""
+        self._post(dumps(exc, "exception sent to a port"), error=True)
+
+    def _post(self, payload: list[Buffer], error: bool) -> None:
+        if self._ref is None:
+            return
+        ctx = context()
+        rank = self._rank if self._rank is not None else ctx.message_rank.rank
+        ctx.actor_instance._runtime.send_reply(ctx.actor_instance, self._ref, rank, payload, error)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Port, (self._ref, self._rank))
+
+    def __repr__(self) -> str:
+        return f"Port({self._ref})"
+
+
+class PortReceiver(Generic[R]):
+    """The receiving end of a `Channel`, on the proc that opened it."""
+
+    def __init__(self, runtime: Runtime, handler: QueueHandler) -> None:
+        self._runtime = runtime
+        self._handler = handler
+
+    def recv(self) -> Future[R]:
+        """A future of the next value (raises if the sender sent an exception)."""
+        afut = self._runtime.loop.create_future()
+        self._runtime.on_loop(self._handler.wait, afut)
+        return Future(self._runtime.loop, afut)
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a PortReceiver stays on the proc that opened it; pass its Port instead")
+
+
+class Channel(Generic[R]):
+    """Opens ports: ``port, receiver = Channel.open()``."""
+
+    @staticmethod
+    def open(once: bool = False) -> tuple[Port[R], PortReceiver[R]]:
+        """A new port and its receiver. With ``once``, the port takes one message."""
+        return Channel._open(once, ranked=False)
+
+    @staticmethod
+    def open_ranked(once: bool = False) -> tuple[Port[R], PortReceiver[tuple[int, R]]]:
+        """Like `open`, but each value arrives as ``(rank, value)``, rank being the sender's."""
+        return Channel._open(once, ranked=True)
+
+    @staticmethod
+    def _open(once: bool, ranked: bool) -> tuple[Port[Any], PortReceiver[Any]]:
+        runtime = context().actor_instance._runtime
+        handler = QueueHandler(once, ranked)
+        ref = runtime.open_port(handler)
+        return Port(ref), PortReceiver(runtime, handler)

@@ -1,0 +1,234 @@
+"""The per-proc runtime: its actors, its ports, and routing between them and the network.
+
+Every proc (the controller's included) has one `Runtime`. Outgoing messages are
+encoded here and handed to the proc's `Transport`; incoming frames are decoded
+here and routed to an actor's mailbox or to a port's handler. Sending is
+thread-safe (sync endpoints and controller code may run off the loop thread);
+receiving always happens on the loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any
+
+from danaus.core.errors import MeshStoppedError, SupervisionError
+from danaus.core.future import Future, transfer_outcome
+from danaus.core.instance import Instance
+from danaus.core.ports import PortHandler
+from danaus.core.serialize import Buffer, dumps, nbytes
+from danaus.core.shape import Shape
+from danaus.core.wire import Call, FrameError, PortRef, Reply, decode, encode
+from danaus.transports.base import ProcLoss, Transport
+
+if TYPE_CHECKING:
+    from danaus.core.actor import Actor
+    from danaus.transports.base import World
+
+log = logging.getLogger("danaus.runtime")
+
+Target = tuple[str, int]
+"""A message's destination: the proc, and the recipient's index in the messaged slice."""
+
+
+class Runtime:
+    """One proc's actors, ports and message routing."""
+
+    def __init__(
+        self,
+        world: World,
+        proc_id: str,
+        host: str,
+        host_agent: str,
+        transport: Transport,
+        *,
+        max_payload: int | None = None,
+    ) -> None:
+        self.world = world
+        self.loop = world.loop
+        self.trace = world.trace
+        self.proc_id = proc_id
+        self.host = host
+        self.host_agent = host_agent
+        self.transport = transport
+        self.max_payload = max_payload
+        self._actors: dict[str, Instance] = {}
+        self._gone: dict[str, BaseException] = {}
+        self._held: dict[str, list[tuple[Call, list[Buffer]]]] = {}
+        self._ports: dict[int, PortHandler] = {}
+        self._lost: dict[str, ProcLoss] = {}
+        self._watched: set[str] = set()
+        self._ids = itertools.count(1)
+        self.client = Instance.client(self)
+
+    def start(self, system_actors: dict[str, Actor] | None = None) -> None:
+        """Host the system actors and begin receiving."""
+        for key, actor in (system_actors or {}).items():
+            self._actors[key] = Instance.system(self, key, actor)
+        self.transport.start(self._on_frames, self._on_loss)
+
+    def new_id(self) -> str:
+        """An id unique in the whole job: this proc's id and a counter."""
+        return f"{self.proc_id}:{next(self._ids)}"
+
+    def on_loop(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the loop thread: now if already there (or the loop is idle)."""
+        if self.loop.is_running() and asyncio._get_running_loop() is not self.loop:
+            self.loop.call_soon_threadsafe(fn, *args)
+        else:
+            fn(*args)
+
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> Future[Any]:
+        """Run ``coro`` as a task on the loop, from any thread."""
+        afut = self.loop.create_future()
+
+        def start() -> None:
+            task = self.loop.create_task(coro)
+            task.add_done_callback(lambda t: transfer_outcome(t, afut))
+
+        self.on_loop(start)
+        return Future(self.loop, afut)
+
+    # ---- sending -------------------------------------------------------------------
+
+    def send_call(
+        self,
+        sender: Instance,
+        targets: Sequence[Target],
+        actor: str,
+        method: str,
+        shape: Shape,
+        payload: list[Buffer],
+        reply: PortRef | None,
+    ) -> None:
+        """Send one call to ``actor`` on each target proc (a cast when there are several)."""
+        seq = sender.next_seq()
+        labels, sizes = shape.labels, shape.ndslice.sizes
+        size = nbytes(payload)
+        for proc, point in targets:
+            envelope = Call(actor, method, reply, point, labels, sizes, sender.actor_id, seq)
+            self.trace.record(
+                "send",
+                self.proc_id,
+                src=sender.actor_id,
+                seq=seq,
+                dst=proc,
+                actor=actor,
+                method=method,
+                bytes=size,
+            )
+            if reply is not None and proc not in self._watched:
+                self._watched.add(proc)
+                self.transport.watch(proc)
+            self.transport.send(proc, encode(envelope, payload))
+
+    def send_reply(
+        self, sender: Instance, port: PortRef, rank: int, payload: list[Buffer], error: bool
+    ) -> None:
+        seq = sender.next_seq()
+        self.trace.record(
+            "send",
+            self.proc_id,
+            src=sender.actor_id,
+            seq=seq,
+            dst=port.proc,
+            port=port.port,
+            error=error,
+            bytes=nbytes(payload),
+        )
+        self.transport.send(
+            port.proc, encode(Reply(port.port, rank, error, sender.actor_id, seq), payload)
+        )
+
+    def reply_error(self, call: Call, exc: BaseException, sender: Instance | None = None) -> None:
+        """Answer ``call`` with ``exc`` if it expects an answer."""
+        if call.reply is not None:
+            self.send_reply(sender or self.client, call.reply, call.point, dumps(exc), error=True)
+
+    # ---- ports ---------------------------------------------------------------------
+
+    def open_port(self, handler: PortHandler) -> PortRef:
+        handler.runtime = self
+        handler.port = next(self._ids)
+        self._ports[handler.port] = handler
+        return PortRef(self.proc_id, handler.port)
+
+    def close_port(self, port: int) -> None:
+        self._ports.pop(port, None)
+
+    # ---- actors --------------------------------------------------------------------
+
+    def add_actor(self, instance: Instance) -> None:
+        """Host ``instance`` and hand it the messages that arrived before it."""
+        self._actors[instance.key] = instance
+        for call, payload in self._held.pop(instance.key, ()):
+            instance.post(call, payload)
+
+    def retire(self, instance: Instance, reason: BaseException) -> None:
+        """``instance`` is gone: later messages to it are answered with ``reason``."""
+        if self._actors.get(instance.key) is instance:
+            del self._actors[instance.key]
+        self._gone[instance.key] = reason
+
+    def actors(self) -> list[Instance]:
+        return [a for a in self._actors.values() if not a.is_system]
+
+    # ---- receiving -----------------------------------------------------------------
+
+    def _on_frames(self, src: str, frames: list[Buffer]) -> None:
+        try:
+            envelope, payload = decode(frames, self.max_payload)
+        except FrameError as exc:
+            log.error("proc %s rejected a message from %s: %s", self.proc_id, src, exc)
+            return
+        self.trace.record(
+            "recv",
+            self.proc_id,
+            src=envelope.sender,
+            seq=envelope.seq,
+            **(
+                {"actor": envelope.actor} if isinstance(envelope, Call) else {"port": envelope.port}
+            ),
+        )
+        if isinstance(envelope, Call):
+            self._route_call(envelope, payload)
+        else:
+            self._route_reply(envelope, payload)
+
+    def _route_call(self, call: Call, payload: list[Buffer]) -> None:
+        instance = self._actors.get(call.actor)
+        if instance is not None:
+            instance.post(call, payload)
+        elif call.actor in self._gone:
+            self.reply_error(call, self._gone[call.actor])
+        else:
+            self._held.setdefault(call.actor, []).append((call, payload))
+
+    def _route_reply(self, reply: Reply, payload: list[Buffer]) -> None:
+        handler = self._ports.get(reply.port)
+        if handler is not None:
+            handler.deliver(reply.rank, payload, reply.error)
+
+    def _on_loss(self, loss: ProcLoss) -> None:
+        if loss.proc in self._lost:
+            return
+        self._lost[loss.proc] = loss
+        self.trace.record("lost", self.proc_id, peer=loss.proc, reason=loss.reason)
+        error = SupervisionError(f"{loss.describe()}", failure=loss)
+        for handler in list(self._ports.values()):
+            handler.lost(loss.proc, error)
+
+    # ---- shutdown ------------------------------------------------------------------
+
+    async def stop_actors(self, keys: Sequence[str] | None = None) -> None:
+        """Stop the given actors (default: all user actors) gracefully."""
+        targets = [a for a in self.actors() if keys is None or a.key in keys]
+        await asyncio.gather(*(a.stop() for a in targets))
+
+    def close(self) -> None:
+        for instance in list(self._actors.values()):
+            instance.abandon(MeshStoppedError(f"proc {self.proc_id} is shutting down"))
+        self.transport.close()

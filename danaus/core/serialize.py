@@ -1,0 +1,110 @@
+"""Pickling for messages: cloudpickle, with large buffers kept out of band.
+
+``dumps`` returns a list of frames: the pickle stream first, then one frame per
+large buffer (numpy arrays, CPU torch tensors, big bytes/bytearray/memoryview),
+which a transport can send without copying. Classes and functions defined in
+``__main__``, in test modules or in notebooks travel by value (cloudpickle), so
+they work in worker processes that cannot import them.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import cloudpickle
+
+from danaus.core.errors import SerializationError
+
+Buffer = bytes | bytearray | memoryview
+
+# Below this size a buffer is cheaper to copy into the pickle stream than to
+# carry in a frame of its own.
+OUT_OF_BAND_MIN = 64 * 1024
+
+
+def _rebuild_bytes(buffer: memoryview) -> bytes:
+    return bytes(buffer)
+
+
+def _rebuild_bytearray(buffer: memoryview) -> bytearray:
+    return bytearray(buffer)
+
+
+def _rebuild_memoryview(buffer: memoryview, fmt: str, shape: tuple[int, ...]) -> memoryview:
+    return memoryview(buffer).cast("B").cast(fmt, shape)
+
+
+def _rebuild_tensor(buffer: Any, dtype: Any, shape: tuple[int, ...], requires_grad: bool) -> Any:
+    import torch
+
+    view = memoryview(buffer)
+    if view.nbytes == 0:
+        tensor = torch.empty(shape, dtype=dtype)
+    else:
+        tensor = torch.frombuffer(view, dtype=torch.uint8).view(dtype).reshape(shape)
+    return tensor.requires_grad_(requires_grad) if requires_grad else tensor
+
+
+def _tensor_reduction(obj: Any) -> tuple[Any, ...] | None:
+    """Out-of-band reduction for a plain dense CPU tensor, or None to let torch pickle it."""
+    torch = sys.modules["torch"]
+    if (
+        type(obj) is not torch.Tensor
+        or obj.device.type != "cpu"
+        or obj.layout != torch.strided
+        or obj.is_quantized
+        or obj.is_conj()
+        or obj.is_neg()
+        or (obj.requires_grad and obj.grad_fn is not None)
+    ):
+        return None
+    flat = obj.detach().contiguous().reshape(-1)
+    raw = flat.view(torch.uint8).numpy() if flat.numel() else b""
+    return (
+        _rebuild_tensor,
+        (pickle.PickleBuffer(raw), obj.dtype, tuple(obj.shape), obj.requires_grad),
+    )
+
+
+class _Pickler(cloudpickle.Pickler):
+    def reducer_override(self, obj: Any) -> Any:
+        kind = type(obj)
+        if kind is bytes or kind is bytearray:
+            if len(obj) >= OUT_OF_BAND_MIN:
+                rebuild = _rebuild_bytes if kind is bytes else _rebuild_bytearray
+                return (rebuild, (pickle.PickleBuffer(obj),))
+        elif kind is memoryview:
+            if obj.nbytes >= OUT_OF_BAND_MIN and obj.c_contiguous:
+                return (
+                    _rebuild_memoryview,
+                    (pickle.PickleBuffer(obj), obj.format, obj.shape),
+                )
+        elif "torch" in sys.modules and isinstance(obj, sys.modules["torch"].Tensor):
+            reduction = _tensor_reduction(obj)
+            if reduction is not None:
+                return reduction
+        return super().reducer_override(obj)
+
+
+def dumps(obj: Any, what: str = "value") -> list[Buffer]:
+    """Pickle ``obj`` into frames; raise `SerializationError` naming ``what`` on failure."""
+    buffers: list[pickle.PickleBuffer] = []
+    stream = io.BytesIO()
+    try:
+        _Pickler(stream, protocol=5, buffer_callback=buffers.append).dump(obj)
+    except Exception as exc:
+        raise SerializationError(f"{what} cannot be pickled: {exc}") from exc
+    return [stream.getvalue(), *(b.raw() for b in buffers)]
+
+
+def loads(frames: Sequence[Buffer]) -> Any:
+    """Unpickle frames made by `dumps`."""
+    return pickle.loads(frames[0], buffers=frames[1:])
+
+
+def nbytes(frames: Sequence[Buffer]) -> int:
+    return sum(memoryview(f).nbytes for f in frames)

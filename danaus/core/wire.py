@@ -1,0 +1,105 @@
+"""Message envelopes and the frame codec every transport carries.
+
+A message is a list of frames: a header frame, then the payload frames made by
+`danaus.core.serialize.dumps`. The header is ``MAGIC``, a protocol version byte
+and a msgpack-encoded envelope. `decode` validates all of it and raises only
+`FrameError`, so a proc can reject a bad frame, log it and keep serving.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import msgspec
+
+from danaus.core.serialize import Buffer
+
+MAGIC = b"DNS"
+VERSION = 1
+MAX_HEADER_BYTES = 64 * 1024
+MAX_FRAMES = 1 + 1 + 4096
+
+
+class FrameError(ValueError):
+    """A frame was malformed, truncated, oversized or of another protocol version."""
+
+
+class PortRef(msgspec.Struct, frozen=True, array_like=True):
+    """Where replies go: a port on a proc."""
+
+    proc: str
+    port: int
+
+
+class Call(msgspec.Struct, tag="call", array_like=True):
+    """Run endpoint ``method`` of the actor ``actor`` on the receiving proc."""
+
+    actor: str
+    method: str
+    reply: PortRef | None
+    point: int
+    labels: tuple[str, ...]
+    sizes: tuple[int, ...]
+    sender: str
+    seq: int
+
+    def validate(self) -> None:
+        if len(self.labels) != len(self.sizes) or any(s < 1 for s in self.sizes):
+            raise FrameError("call: labels and sizes disagree")
+        if not 0 <= self.point < math.prod(self.sizes):
+            raise FrameError("call: point out of range")
+
+
+class Reply(msgspec.Struct, tag="reply", array_like=True):
+    """A value (or, if ``error``, a failure) sent to port ``port`` of the receiving proc."""
+
+    port: int
+    rank: int
+    error: bool
+    sender: str
+    seq: int
+
+    def validate(self) -> None:
+        if self.rank < 0:
+            raise FrameError("reply: negative rank")
+
+
+Envelope = Call | Reply
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Envelope)
+_PREFIX = MAGIC + bytes([VERSION])
+
+
+def encode(envelope: Envelope, payload: Sequence[Buffer]) -> list[Buffer]:
+    """Frames for ``envelope`` followed by its payload frames."""
+    return [_PREFIX + _encoder.encode(envelope), *payload]
+
+
+def decode(frames: Sequence[Buffer], max_bytes: int | None = None) -> tuple[Envelope, list[Buffer]]:
+    """Validate ``frames``; return the envelope and the payload frames."""
+    if not frames:
+        raise FrameError("empty message")
+    if len(frames) > MAX_FRAMES:
+        raise FrameError(f"{len(frames)} frames exceed the limit of {MAX_FRAMES}")
+    header = memoryview(frames[0])
+    if header.nbytes > MAX_HEADER_BYTES:
+        raise FrameError(f"header of {header.nbytes} bytes exceeds {MAX_HEADER_BYTES}")
+    if header.nbytes < len(_PREFIX) or bytes(header[: len(MAGIC)]) != MAGIC:
+        raise FrameError("not a Danaus frame (bad magic)")
+    if header[len(MAGIC)] != VERSION:
+        raise FrameError(f"protocol version {header[len(MAGIC)]}, expected {VERSION}")
+    payload = list(frames[1:])
+    if not payload:
+        raise FrameError("message has no payload")
+    if max_bytes is not None:
+        total = sum(memoryview(f).nbytes for f in payload)
+        if total > max_bytes:
+            raise FrameError(f"payload of {total} bytes exceeds the limit of {max_bytes}")
+    try:
+        envelope = _decoder.decode(header[len(_PREFIX) :])
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise FrameError(f"bad envelope: {exc}") from None
+    envelope.validate()
+    return envelope, payload

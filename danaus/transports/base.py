@@ -1,0 +1,217 @@
+"""The contract between Danaus's core and a transport.
+
+A transport brings three things:
+
+* a `World`: the event loop the runtime runs on (real asyncio, or a
+  virtual-time loop), how sync endpoints run, the hosts it knows, its launcher
+  and its trace;
+* one `Transport` per proc: ordered, thread-safe ``send`` of frames to another
+  proc by id, a receive callback, a notice when a peer is lost, and memory
+  registration for one-sided reads and writes;
+* a `Launcher` that starts procs on a host and reports when they end.
+
+Core code talks only to these classes. A transport package
+``danaus.transports.<name>`` exposes ``create_world(**options) -> World``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, overload
+
+if TYPE_CHECKING:
+    from danaus.core.runtime import Runtime
+    from danaus.core.trace import Trace
+
+Buffer = bytes | bytearray | memoryview
+FrameHandler = Callable[[str, list[Buffer]], None]
+
+
+class NumberedNames(Sequence[str]):
+    """The names ``{prefix}0`` ... ``{prefix}{count-1}``, stored compactly.
+
+    Meshes carry the names of their members in every message that refers to
+    them; at thousands of members a list of strings would dominate the message.
+    """
+
+    __slots__ = ("count", "prefix")
+
+    def __init__(self, prefix: str, count: int) -> None:
+        self.prefix = prefix
+        self.count = count
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[str]: ...
+    def __getitem__(self, index: int | slice) -> str | Sequence[str]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.count))]
+        if index < 0:
+            index += self.count
+        if not 0 <= index < self.count:
+            raise IndexError(index)
+        return f"{self.prefix}{index}"
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[str]:
+        return (f"{self.prefix}{i}" for i in range(self.count))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, NumberedNames):
+            return (self.prefix, self.count) == (other.prefix, other.count)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self.prefix, self.count))
+
+    def __repr__(self) -> str:
+        return f"NumberedNames({self.prefix!r}, {self.count})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (NumberedNames, (self.prefix, self.count))
+
+
+@dataclass(frozen=True)
+class ProcLoss:
+    """Why a proc is gone: what the launcher or the network saw."""
+
+    proc: str
+    reason: str
+    host: str | None = None
+    pid: int | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+
+    def describe(self) -> str:
+        parts = [f"proc {self.proc}"]
+        if self.host is not None:
+            parts.append(f"on host {self.host}")
+        if self.pid is not None:
+            parts.append(f"(pid {self.pid})")
+        parts.append(self.reason)
+        if self.exit_code is not None:
+            parts.append(f"exit code {self.exit_code}")
+        if self.signal is not None:
+            parts.append(f"signal {self.signal}")
+        return " ".join(parts)
+
+
+LossHandler = Callable[[ProcLoss], None]
+
+
+@dataclass(frozen=True)
+class MemoryHandle:
+    """A picklable reference to memory registered with a transport."""
+
+    owner: str
+    key: int
+    size: int
+    backend: str
+
+
+class Transport(ABC):
+    """One proc's endpoint: it sends frames to other procs by proc id."""
+
+    proc_id: str
+
+    @abstractmethod
+    def start(self, on_frames: FrameHandler, on_loss: LossHandler) -> None:
+        """Begin delivering. Both callbacks are called on the world's loop thread."""
+
+    @abstractmethod
+    def send(self, dest: str, frames: Sequence[Buffer]) -> None:
+        """Queue ``frames`` for ``dest``. Thread-safe, never blocks.
+
+        Messages from this proc to one destination arrive in the order sent,
+        each once, while both procs live. Sending to a proc that is gone drops
+        the message; the loss is reported through ``on_loss`` to watchers.
+        The frames may be read after ``send`` returns; callers do not mutate them.
+        """
+
+    @abstractmethod
+    def watch(self, proc: str) -> None:
+        """Report through ``on_loss`` when ``proc`` is lost (once; idempotent)."""
+
+    def register(self, buffer: memoryview) -> MemoryHandle:
+        """Register ``buffer`` for one-sided reads and writes by other procs."""
+        raise NotImplementedError(f"{type(self).__name__} has no memory interface")
+
+    def unregister(self, handle: MemoryHandle) -> None:
+        raise NotImplementedError(f"{type(self).__name__} has no memory interface")
+
+    async def read(self, handle: MemoryHandle, offset: int, dst: memoryview) -> None:
+        """Copy ``len(dst)`` bytes at ``offset`` of the remote memory into ``dst``."""
+        raise NotImplementedError(f"{type(self).__name__} has no memory interface")
+
+    async def write(self, handle: MemoryHandle, offset: int, src: memoryview) -> None:
+        """Copy ``src`` into the remote memory at ``offset``."""
+        raise NotImplementedError(f"{type(self).__name__} has no memory interface")
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop sending and receiving."""
+
+
+@dataclass(frozen=True)
+class ProcSpec:
+    """What a launcher needs to start one proc."""
+
+    proc_id: str
+    host: str
+    name: str
+
+
+class Launcher(ABC):
+    """Starts procs on a host and reports their ends."""
+
+    @abstractmethod
+    async def launch(self, specs: Sequence[ProcSpec]) -> None:
+        """Start the procs; return once each can receive messages."""
+
+    @abstractmethod
+    async def stop(self, procs: Sequence[str], timeout: float) -> None:
+        """End the procs: politely, then by force after ``timeout`` seconds."""
+
+
+class SyncRunner(ABC):
+    """Runs one actor's sync endpoints, one at a time, off the event loop's task."""
+
+    @abstractmethod
+    def run(self, fn: Callable[[], Any]) -> Awaitable[Any]:
+        """Run ``fn`` and return an awaitable of its result."""
+
+    def close(self) -> None:  # noqa: B027 - most runners hold nothing
+        """Release what the runner holds once its actor is gone."""
+
+
+class World(ABC):
+    """Everything one OS process needs to run procs on a transport."""
+
+    name: str
+    loop: asyncio.AbstractEventLoop
+    trace: Trace
+    launcher: Launcher
+    deterministic: bool = False
+
+    @property
+    @abstractmethod
+    def root(self) -> Runtime:
+        """The runtime of the proc this OS process's main code belongs to."""
+
+    @abstractmethod
+    def hosts(self) -> Sequence[str]:
+        """Proc ids of the host agents of every host in the world, in order."""
+
+    @abstractmethod
+    def sync_runner(self) -> SyncRunner:
+        """A runner for one actor's sync endpoints."""
+
+    @abstractmethod
+    def shutdown(self) -> None:
+        """Stop every mesh and proc this process started, then close."""

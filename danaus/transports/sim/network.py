@@ -1,0 +1,198 @@
+"""The simulated network: latency, bandwidth and per-message cost, on SimPy's clock.
+
+Each host has a NIC with a send and a receive queue; procs of one host talk
+over a shared-memory bus instead. A message occupies the sender's queue for
+``per_message + size / bandwidth`` seconds, crosses the link after
+``latency`` plus exponential jitter, then occupies the receiver's queue for
+``size / bandwidth``. Each queue is a FIFO single server, which needs only
+the time it next falls idle: the same answer a SimPy ``Resource`` of capacity
+one would give, without a SimPy process per message.
+
+Messages from one proc to another never overtake each other (every real
+transport here keeps per-pair order), and every message is copied at send
+time, as a real network would, so the receiver never shares the sender's
+memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+import simpy
+
+from danaus.transports.base import Buffer, FrameHandler, LossHandler, ProcLoss, Transport
+
+if TYPE_CHECKING:
+    from danaus.core.trace import Trace
+
+
+@dataclass(frozen=True)
+class NetworkModel:
+    """Timing of the simulated cluster. Times in seconds, bandwidths in bytes per second."""
+
+    latency: float = 25e-6
+    jitter: float = 5e-6
+    bandwidth: float = 12.5e9
+    local_latency: float = 2e-6
+    local_bandwidth: float = 25e9
+    per_message: float = 1e-6
+    spawn_time: float = 0.05
+    detect_crash: float = 1e-3
+
+
+class _Queue:
+    """A FIFO single server: a NIC direction or a host's memory bus."""
+
+    __slots__ = ("free_at",)
+
+    def __init__(self) -> None:
+        self.free_at = 0.0
+
+    def serve(self, arrival: float, duration: float) -> float:
+        start = arrival if arrival > self.free_at else self.free_at
+        self.free_at = start + duration
+        return self.free_at
+
+
+class _Host:
+    __slots__ = ("bus", "name", "rx", "tx")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.tx = _Queue()
+        self.rx = _Queue()
+        self.bus = _Queue()
+
+
+class SimTransport(Transport):
+    """A simulated proc's endpoint on the `SimNetwork`."""
+
+    def __init__(self, network: SimNetwork, proc_id: str, host: str) -> None:
+        self.network = network
+        self.proc_id = proc_id
+        self.host = host
+        self.state = "booting"
+        self.on_frames: FrameHandler | None = None
+        self.on_loss: LossHandler | None = None
+
+    def start(self, on_frames: FrameHandler, on_loss: LossHandler) -> None:
+        self.on_frames = on_frames
+        self.on_loss = on_loss
+
+    def send(self, dest: str, frames: Sequence[Buffer]) -> None:
+        self.network.transmit(self.proc_id, dest, frames)
+
+    def watch(self, proc: str) -> None:
+        self.network.watch(self.proc_id, proc)
+
+    def close(self) -> None:
+        self.network.down(self.proc_id, "stopped")
+
+
+class SimNetwork:
+    """Every simulated proc's transport, and the links between them."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        loop: asyncio.AbstractEventLoop,
+        model: NetworkModel,
+        rng: random.Random,
+        trace: Trace,
+    ) -> None:
+        self.env = env
+        self.loop = loop
+        self.model = model
+        self.rng = rng
+        self.trace = trace
+        self.hosts: dict[str, _Host] = {}
+        self.endpoints: dict[str, SimTransport] = {}
+        self._waiting: dict[str, list[tuple[str, list[Buffer]]]] = {}
+        self._last_arrival: dict[tuple[str, str], float] = {}
+        self._watchers: dict[str, dict[str, None]] = {}
+        self._losses: dict[str, ProcLoss] = {}
+
+    def add_host(self, name: str) -> None:
+        self.hosts[name] = _Host(name)
+
+    def attach(self, proc: str, host: str) -> SimTransport:
+        endpoint = SimTransport(self, proc, host)
+        self.endpoints[proc] = endpoint
+        return endpoint
+
+    def up(self, proc: str) -> None:
+        """``proc`` has booted: deliver what waited for it, in order."""
+        self.endpoints[proc].state = "up"
+        for src, frames in self._waiting.pop(proc, ()):
+            self._schedule(src, proc, frames)
+
+    def down(self, proc: str, reason: str, **details: Any) -> None:
+        """``proc`` is gone: its watchers (and later senders) are told."""
+        endpoint = self.endpoints.get(proc)
+        if endpoint is None or endpoint.state == "down":
+            return
+        endpoint.state = "down"
+        loss = ProcLoss(proc, reason, host=endpoint.host, **details)
+        self._losses[proc] = loss
+        self.trace.record("down", proc, reason=reason)
+        for watcher in self._watchers.pop(proc, {}):
+            self._notify(watcher, loss)
+
+    def watch(self, watcher: str, proc: str) -> None:
+        loss = self._losses.get(proc)
+        if loss is not None:
+            self._notify(watcher, loss)
+        else:
+            self._watchers.setdefault(proc, {})[watcher] = None
+
+    def _notify(self, watcher: str, loss: ProcLoss) -> None:
+        endpoint = self.endpoints.get(watcher)
+        if endpoint is None or endpoint.state == "down" or endpoint.on_loss is None:
+            return
+        event = self.env.timeout(self.model.detect_crash)
+        event.callbacks.append(lambda _: self.loop.call_soon(endpoint.on_loss, loss))
+
+    def transmit(self, src: str, dst: str, frames: Sequence[Buffer]) -> None:
+        copied = [f if isinstance(f, bytes) else bytearray(f) for f in frames]
+        endpoint = self.endpoints.get(dst)
+        if endpoint is None or endpoint.state == "booting":
+            self._waiting.setdefault(dst, []).append((src, copied))
+        elif endpoint.state == "down":
+            self.watch(src, dst)
+        else:
+            self._schedule(src, dst, copied)
+
+    def _schedule(self, src: str, dst: str, frames: list[Buffer]) -> None:
+        model = self.model
+        now = self.env.now
+        size = sum(len(f) for f in frames)
+        src_host = self.hosts[self.endpoints[src].host]
+        dst_host = self.hosts[self.endpoints[dst].host]
+        if src_host is dst_host:
+            done = src_host.bus.serve(now, model.per_message + size / model.local_bandwidth)
+            arrival = done + model.local_latency
+        else:
+            done = src_host.tx.serve(now, model.per_message + size / model.bandwidth)
+            delay = model.latency
+            if model.jitter > 0:
+                delay += self.rng.expovariate(1.0 / model.jitter)
+            arrival = dst_host.rx.serve(done + delay, size / model.bandwidth)
+        pair = (src, dst)
+        last = self._last_arrival.get(pair, 0.0)
+        if arrival < last:
+            arrival = last
+        self._last_arrival[pair] = arrival
+        event = self.env.timeout(arrival - now)
+        event.callbacks.append(partial(self._arrive, src, dst, frames))
+
+    def _arrive(self, src: str, dst: str, frames: list[Buffer], _event: object) -> None:
+        # Runs inside the loop's select (see loop.py), on the loop thread: the
+        # receive callback only routes the message and schedules whatever must run.
+        endpoint = self.endpoints[dst]
+        if endpoint.state == "up" and endpoint.on_frames is not None:
+            endpoint.on_frames(src, frames)
