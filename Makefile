@@ -1,0 +1,36 @@
+# Everything runs from a virtual environment in .venv, made with the system's python3.
+# `make demo`, `make test` and `make docs` install first; the installation is redone
+# whenever pyproject.toml changes.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test docs lint clean
+
+install: $(STAMP)
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# torch is pinned and installed on its own, before the package and its extras.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install torch==2.13.0 numpy
+	$(BIN)/pip install -e ".[test,docs]"
+	touch $@
+
+demo: install
+	$(BIN)/python examples/getting_started.py
+
+test: install
+	$(BIN)/python -m pytest
+
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+lint: install
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf site .pytest_cache .ruff_cache

@@ -1,0 +1,59 @@
+"""Eight trainer actors on one host: train them, slice them, read their answers.
+
+The program of docs/getting-started.md in one file. Run it with
+``python examples/getting_started.py`` (or ``make demo``); it runs on any
+transport, e.g. ``DANAUS_TRANSPORT=sim python examples/getting_started.py``.
+"""
+
+from danaus import Actor, context, endpoint, this_host
+
+
+class Trainer(Actor):
+    """Fits one number by gradient descent: the actor at rank r has target r."""
+
+    def __init__(self, lr: float = 0.25) -> None:
+        self.rank = context().actor_instance.rank.rank
+        self.target = float(self.rank)
+        self.weight = 0.0
+        self.lr = lr
+        self.steps = 0
+
+    @endpoint
+    def train(self, step: int) -> float:
+        """One step; returns the loss measured before it."""
+        loss = (self.weight - self.target) ** 2
+        self.weight -= self.lr * 2 * (self.weight - self.target)
+        self.steps += 1
+        return loss
+
+    @endpoint
+    def steps_done(self) -> int:
+        return self.steps
+
+
+def show(values) -> str:
+    return " ".join(f"{v:g}" for v in values)
+
+
+def main() -> None:
+    procs = this_host().spawn_procs(per_host={"gpus": 8})
+    trainers = procs.spawn("trainers", Trainer)
+    print(f"spawned {len(trainers)} trainers, mesh sizes {trainers.sizes}")
+
+    for step in range(3):
+        losses = trainers.train.call(step=step).get()
+        print(f"step {step} losses: {show(losses.values())}")
+
+    # View the 8 trainers as 2 nodes of 4 and train the second node once more.
+    nodes = trainers.split(gpus=("node", "local"), local=4)
+    losses = nodes.slice(node=1).train.call(step=3).get()
+    print(f"node 1, step 3 losses: {show(losses.values())} (sizes {losses.sizes})")
+
+    steps = trainers.steps_done.call().get()
+    print(f"steps done per trainer: {show(steps.values())}")
+    print(f"trainer gpus=5 did {steps.item(gpus=5)} steps")
+    # The meshes this script spawned are stopped when it exits.
+
+
+if __name__ == "__main__":
+    main()
