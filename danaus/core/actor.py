@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
@@ -11,7 +12,6 @@ from typing import Any, TypeVar, overload
 F = TypeVar("F", bound=Callable[..., Any])
 
 _ENDPOINT_ATTR = "__danaus_endpoint__"
-_TABLE_ATTR = "__danaus_endpoints__"
 
 
 @dataclass(frozen=True)
@@ -147,9 +147,16 @@ class Actor:
         """Answers once ``__init__`` has run: behind it in the mailbox (``mesh.initialized``)."""
 
 
+_tables: weakref.WeakKeyDictionary[type, dict[str, EndpointSpec]] = weakref.WeakKeyDictionary()
+
+
 def endpoints_of(cls: type) -> dict[str, EndpointSpec]:
-    """The endpoint table of an actor class (computed once per class)."""
-    table = cls.__dict__.get(_TABLE_ATTR)
+    """The endpoint table of an actor class (computed once per class).
+
+    Kept beside the class rather than on it, so that pickling a class by value
+    gives the same bytes before and after its first use.
+    """
+    table = _tables.get(cls)
     if table is None:
         table = {}
         for klass in reversed(cls.__mro__):
@@ -159,5 +166,5 @@ def endpoints_of(cls: type) -> dict[str, EndpointSpec]:
                     table[name] = EndpointSpec.of(cls.__qualname__, value, options)
                 elif name in table:
                     del table[name]
-        setattr(cls, _TABLE_ATTR, table)
+        _tables[cls] = table
     return table

@@ -2,7 +2,7 @@
 
 The world is made on first use (``this_host()``, ``this_proc()``, a spawn) from
 the configuration: ``configure(transport=..., **options)`` if called, else the
-``DANAUS_TRANSPORT`` environment variable, else the default. Options go to the
+``DANAUS_TRANSPORT`` environment variable, else ``tcp``. Options go to the
 transport's ``create_world``.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from danaus.transports.base import World
 
-DEFAULT_TRANSPORT = "sim"
+DEFAULT_TRANSPORT = "tcp"
 TRANSPORTS = ("sim", "tcp", "ucx", "verbs")
 
 _settings: dict[str, Any] = {}
@@ -55,7 +55,9 @@ def current_world() -> World:
     global _world
     if _world is None:
         options = {k: v for k, v in _settings.items() if k != "transport"}
-        install(_module(_transport_name()).create_world(**options))
+        module = _module(_transport_name())
+        module.configured(**options)
+        install(module.create_world(**options))
     assert _world is not None
     return _world
 

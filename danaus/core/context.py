@@ -37,6 +37,11 @@ def reset_context(token: object) -> None:
     _current.reset(token)  # type: ignore[arg-type]
 
 
+def peek_context() -> Context | None:
+    """The context set for the running actor, if any (never makes a world)."""
+    return _current.get(None)
+
+
 def context() -> Context:
     """The current actor's context; in controller code, the controller's own."""
     ctx = _current.get(None)

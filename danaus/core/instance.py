@@ -36,10 +36,12 @@ _DANAUS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def remote_traceback(exc: BaseException) -> str:
-    """The traceback of ``exc`` without Danaus's own frames: what the user's code did."""
-    frames = [
-        f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(_DANAUS_DIR)
-    ]
+    """The traceback of ``exc`` from the first frame of user code (all of it if there is none)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    first_user = next(
+        (i for i, f in enumerate(frames) if not f.filename.startswith(_DANAUS_DIR)), 0
+    )
+    frames = frames[first_user:]
     lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames)]
     lines.extend(traceback.format_exception_only(type(exc), exc))
     return "".join(lines)
@@ -154,8 +156,8 @@ class Instance:
             proc_mesh=proc_mesh,
         )
         instance.state = "starting"
-        runtime.add_actor(instance)
         instance._start(blob)
+        runtime.add_actor(instance)
         runtime.trace.record("spawn", runtime.proc_id, actor=instance.actor_id)
         return instance
 

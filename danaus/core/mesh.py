@@ -33,13 +33,21 @@ STOP_TIMEOUT = 10.0
 class _Lifecycle:
     """The owner's view of a mesh it spawned: shared by the mesh and its slices."""
 
-    __slots__ = ("initialized", "mesh", "name", "stopped")
+    __slots__ = ("children", "initialized", "mesh", "name", "owner", "stopped")
 
     def __init__(self, name: str, initialized: Future[Any] | None = None) -> None:
         self.name = name
         self.stopped = False
         self.initialized = initialized
         self.mesh: Any = None
+        self.owner: Instance | None = None
+        self.children: list[_Lifecycle] = []
+
+    def end(self) -> None:
+        """Stopped along with the procs it lived on: refuse messages, leave the owner's list."""
+        self.stopped = True
+        if self.owner is not None and self.mesh in self.owner.owned:
+            self.owner.owned.remove(self.mesh)
 
 
 def _caller() -> Instance:
@@ -87,6 +95,7 @@ class _Mesh(MeshTrait):
     def _own(self, owner: Instance) -> Any:
         assert self._life is not None
         self._life.mesh = self
+        self._life.owner = owner
         owner.owned.append(self)
         return self
 
@@ -94,7 +103,7 @@ class _Mesh(MeshTrait):
         """Mark stopped; False if it already was. Only the owner's mesh can be stopped."""
         if self._life is None:
             raise NotImplementedError(
-                f"only the owner of a {self._kind} can stop it; this is a reference to one"
+                f"only the owner of this {self._kind} can stop it; this is a reference to it"
             )
         if self._life.stopped:
             return False
@@ -242,13 +251,19 @@ class ProcMesh(_Mesh):
         mesh_id = owner._runtime.new_id()
         blob = dumps((cls, args, kwargs), f"an argument of {cls.__qualname__}()")
         _proc_agents(self).spawn.broadcast(mesh_id, name, blob, owner.actor_id, self)
+        life = _Lifecycle(name)
         mesh: ActorMesh[T] = ActorMesh(
-            mesh_id, name, endpoints, self._procs, self._shape, self, _Lifecycle(name)
+            mesh_id, name, endpoints, self._procs, self._shape, self, life
         )
+        if self._life is not None:
+            self._life.children.append(life)
         return mesh._own(owner)
 
     async def _stop_members(self) -> None:
         """Stop every actor on these procs (children first), then end the procs."""
+        assert self._life is not None
+        for child in self._life.children:
+            child.end()
         await _proc_agents(self).stop_all.call()
         await self._host_mesh._agents().stop_procs.call(self._mesh_id, STOP_TIMEOUT)
 

@@ -232,3 +232,11 @@ class Runtime:
         for instance in list(self._actors.values()):
             instance.abandon(MeshStoppedError(f"proc {self.proc_id} is shutting down"))
         self.transport.close()
+
+
+async def cancel_leftover_tasks() -> None:
+    """Cancel every other task of the running loop and wait for them: the last step of a shutdown."""
+    leftover = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in leftover:
+        task.cancel()
+    await asyncio.gather(*leftover, return_exceptions=True)

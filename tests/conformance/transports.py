@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import danaus
 import danaus.sim
 
 
@@ -20,6 +23,24 @@ def _run_sim(main: Callable[[], Any], hosts: int = 2, seed: int = 0) -> Any:
     return danaus.sim.run(main, hosts=hosts, seed=seed).value
 
 
+def _runner(name: str, **options: Any) -> Callable[..., Any]:
+    """Run ``main`` as a controller program on a fresh world of transport ``name``."""
+
+    def run(main: Callable[[], Any], **_: Any) -> Any:
+        danaus.configure(transport=name, **options)
+        try:
+            if inspect.iscoroutinefunction(main):
+                return asyncio.run(main())
+            return main()
+        finally:
+            danaus.shutdown()
+
+    return run
+
+
 def available() -> list[Transport]:
     """The transports this machine can run, simulator first."""
-    return [Transport("sim", _run_sim, real=False)]
+    return [
+        Transport("sim", _run_sim, real=False),
+        Transport("tcp", _runner("tcp"), real=True),
+    ]

@@ -12,7 +12,7 @@ import simpy
 from danaus.core import config
 from danaus.core.agents import HOST_AGENT, PROC_AGENT, HostAgent, ProcAgent
 from danaus.core.blocking import GreenletRunner
-from danaus.core.runtime import Runtime
+from danaus.core.runtime import Runtime, cancel_leftover_tasks
 from danaus.core.trace import Trace
 from danaus.transports.base import Launcher, NumberedNames, ProcSpec, SyncRunner, World
 from danaus.transports.sim.loop import VirtualTimeLoop
@@ -121,11 +121,7 @@ class SimWorld(World):
             log.exception("stopping the simulated meshes failed")
         for proc in list(self.procs):
             self.halt(proc)
-        leftover = asyncio.all_tasks(self.loop)
-        for task in leftover:
-            task.cancel()
-        if leftover:
-            self.loop.run_until_complete(asyncio.gather(*leftover, return_exceptions=True))
+        self.loop.run_until_complete(cancel_leftover_tasks())
         self.loop.before_close = None
         if close_loop:
             self.loop.close()

@@ -1,0 +1,1 @@
+"""How procs are started: local subprocesses today."""

@@ -1,0 +1,32 @@
+"""What a worker process is told when it starts, through its stdin."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class Bootstrap(msgspec.Struct, frozen=True):
+    """A worker's identity, where its controller is, and the job's key.
+
+    Written to the worker's stdin (never its command line, which ``ps`` shows).
+    """
+
+    proc_id: str
+    name: str
+    host: str
+    host_agent: str
+    controller: str
+    public_key: bytes
+    secret_key: bytes
+    heartbeat_interval: float
+    heartbeat_timeout: float
+    parent_pid: int
+    sys_path: list[str]
+    cwd: str
+
+    def encode(self) -> bytes:
+        return msgspec.msgpack.encode(self)
+
+    @classmethod
+    def decode(cls, data: bytes) -> Bootstrap:
+        return msgspec.msgpack.decode(data, type=cls)

@@ -1,0 +1,222 @@
+"""Local launcher: worker processes on this machine, started and watched from the I/O thread.
+
+Each worker is ``python -m danaus.worker`` with its bootstrap (including the
+job's secret key) written to its stdin. Its exit is noticed at once through a
+pidfd; its stdout and stderr are copied to the controller's, line by line.
+Workers die with the controller: they ask the kernel for a parent-death
+signal, and they exit when the controller's heartbeats stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING
+
+from danaus.launch.bootstrap import Bootstrap
+from danaus.transports.base import Launcher, ProcLoss, ProcSpec
+from danaus.transports.tcp import control
+
+if TYPE_CHECKING:
+    from danaus.transports.tcp.world import TcpWorld
+
+STARTUP_TIMEOUT = 60.0
+STDERR_TAIL = 20
+
+
+@dataclass
+class _Child:
+    spec: ProcSpec
+    popen: subprocess.Popen[bytes]
+    pidfd: int
+    started: Callable[[BaseException | None], None]
+    stderr_tail: list[str] = field(default_factory=list)
+    partial: dict[int, bytes] = field(default_factory=dict)
+    exited: Callable[[BaseException | None], None] | None = None
+
+
+class LocalLauncher(Launcher):
+    """Starts worker processes on this host."""
+
+    def __init__(self, world: TcpWorld) -> None:
+        self.world = world
+        self._children: dict[str, _Child] = {}
+
+    async def launch(self, specs: Sequence[ProcSpec]) -> None:
+        loop = asyncio.get_running_loop()
+        waits = []
+        for spec in specs:
+            started: asyncio.Future[None] = loop.create_future()
+            waits.append(started)
+            self.world.io.call_soon(self._start, spec, _settler(loop, started))
+        try:
+            await asyncio.wait_for(asyncio.gather(*waits), STARTUP_TIMEOUT)
+        except asyncio.TimeoutError:
+            raise RuntimeError(f"procs did not start within {STARTUP_TIMEOUT:g} s") from None
+
+    async def stop(self, procs: Sequence[str], timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        waits = []
+        for proc in procs:
+            exited: asyncio.Future[None] = loop.create_future()
+            waits.append(exited)
+            self.world.io.call_soon(self._ask_exit, proc, _settler(loop, exited))
+        if not waits:
+            return
+        _, pending = await asyncio.wait(waits, timeout=timeout)
+        if pending:
+            for proc in procs:
+                self.world.io.call_soon(self.kill, proc)
+            await asyncio.wait(pending, timeout=timeout)
+
+    # ---- I/O thread -------------------------------------------------------------------
+
+    def _start(self, spec: ProcSpec, started: Callable[[BaseException | None], None]) -> None:
+        world = self.world
+        bootstrap = Bootstrap(
+            proc_id=spec.proc_id,
+            name=spec.name,
+            host=spec.host,
+            host_agent=world.root.proc_id,
+            controller=world.transport.address,
+            public_key=world.keys.public,
+            secret_key=world.keys.secret,
+            heartbeat_interval=world.heartbeat_interval,
+            heartbeat_timeout=world.heartbeat_timeout,
+            parent_pid=os.getpid(),
+            sys_path=[p for p in sys.path if p],
+            cwd=os.getcwd(),
+        )
+        try:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "danaus.worker"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                close_fds=True,
+            )
+            assert popen.stdin is not None
+            popen.stdin.write(bootstrap.encode())
+            popen.stdin.close()
+        except OSError as exc:
+            started(RuntimeError(f"could not start proc {spec.proc_id}: {exc}"))
+            return
+        child = _Child(spec, popen, os.pidfd_open(popen.pid), started)
+        self._children[spec.proc_id] = child
+        world.directory.expect(spec.proc_id, lambda: started(None))
+        world.io.add_reader(child.pidfd, lambda: self._exited(child))
+        assert popen.stdout is not None and popen.stderr is not None
+        for pipe, sink in ((popen.stdout, sys.stdout), (popen.stderr, sys.stderr)):
+            os.set_blocking(pipe.fileno(), False)
+            world.io.add_reader(pipe.fileno(), _forwarder(child, pipe, sink))
+
+    def _ask_exit(self, proc: str, exited: Callable[[BaseException | None], None]) -> None:
+        child = self._children.get(proc)
+        if child is None:
+            exited(None)
+            return
+        child.exited = exited
+        self.world.transport.send_control(proc, control.Exit())
+
+    def kill(self, proc: str, sig: int = signal.SIGKILL) -> None:
+        """Signal a worker (I/O thread)."""
+        child = self._children.get(proc)
+        if child is not None:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(child.pidfd, sig)
+
+    def kill_all(self) -> None:
+        for proc in list(self._children):
+            self.kill(proc)
+
+    def pid(self, proc: str) -> int | None:
+        child = self._children.get(proc)
+        return child.popen.pid if child is not None else None
+
+    def _exited(self, child: _Child) -> None:
+        io = self.world.io
+        io.remove_reader(child.pidfd)
+        os.close(child.pidfd)
+        self._children.pop(child.spec.proc_id, None)
+        code = child.popen.wait()
+        for pipe in (child.popen.stdout, child.popen.stderr):
+            assert pipe is not None
+            _drain(child, pipe, sys.stdout if pipe is child.popen.stdout else sys.stderr)
+            io.remove_reader(pipe.fileno())
+            pipe.close()
+        loss = ProcLoss(
+            child.spec.proc_id,
+            "exited" if code >= 0 else "was killed",
+            host=child.spec.host,
+            pid=child.popen.pid,
+            exit_code=code if code >= 0 else None,
+            signal=-code if code < 0 else None,
+        )
+        self.world.directory.lost(loss)
+        tail = "".join(child.stderr_tail)
+        child.started(RuntimeError(f"{loss.describe()} before it started:\n{tail}"))
+        if child.exited is not None:
+            child.exited(None)
+
+
+def _settler(
+    loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]
+) -> Callable[[BaseException | None], None]:
+    """A thread-safe, settle-once callback for ``future``."""
+
+    def settle(error: BaseException | None) -> None:
+        def apply() -> None:
+            if future.done():
+                return
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
+
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(apply)
+
+    return settle
+
+
+def _forwarder(child: _Child, pipe: IO[bytes], sink: IO[str]) -> Callable[[], None]:
+    def forward() -> None:
+        _drain(child, pipe, sink)
+
+    return forward
+
+
+def _drain(child: _Child, pipe: IO[bytes], sink: IO[str]) -> None:
+    """Copy complete lines from a worker's pipe to the controller's stream."""
+    fd = pipe.fileno()
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except (BlockingIOError, OSError):
+            return
+        if not chunk:
+            rest = child.partial.pop(fd, b"")
+            if rest:
+                _emit(child, sink, rest + b"\n")
+            return
+        data = child.partial.pop(fd, b"") + chunk
+        complete, _, rest = data.rpartition(b"\n")
+        if rest:
+            child.partial[fd] = rest
+        if complete:
+            _emit(child, sink, complete + b"\n")
+
+
+def _emit(child: _Child, sink: IO[str], data: bytes) -> None:
+    text = data.decode(errors="replace")
+    if sink is sys.stderr:
+        child.stderr_tail.extend(text.splitlines(keepends=True))
+        del child.stderr_tail[:-STDERR_TAIL]
+    sink.write(text)
+    sink.flush()

@@ -1,0 +1,24 @@
+"""The ``tcp`` transport: real processes talking over authenticated ZeroMQ sockets."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from danaus.transports.tcp.world import HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT, TcpWorld
+
+__all__ = ["TcpWorld", "configured", "create_world"]
+
+
+def configured(
+    heartbeat_interval: float = HEARTBEAT_INTERVAL,
+    heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
+    bind_host: str = "127.0.0.1",
+) -> None:
+    """Check the options of ``configure(transport="tcp", ...)``."""
+    if heartbeat_interval <= 0 or heartbeat_timeout <= heartbeat_interval:
+        raise ValueError("need 0 < heartbeat_interval < heartbeat_timeout")
+
+
+def create_world(**options: Any) -> TcpWorld:
+    configured(**options)
+    return TcpWorld.controller(**options)

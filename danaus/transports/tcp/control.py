@@ -1,0 +1,86 @@
+"""Control messages between procs and the controller's directory.
+
+Every zmq message starts with a one-byte kind frame: ``DATA`` for core
+messages (validated by `danaus.core.wire`), ``CONTROL`` for one msgpack frame
+holding one of the structs below (validated by msgspec on decode).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from danaus.transports.base import ProcLoss
+
+DATA = b"D"
+CONTROL = b"C"
+
+
+class Hello(msgspec.Struct, tag="hello", array_like=True):
+    """A proc is up and receives at ``address``."""
+
+    address: str
+    pid: int
+    host: str
+
+
+class Where(msgspec.Struct, tag="where", array_like=True):
+    """Where does ``proc`` receive?"""
+
+    proc: str
+
+
+class At(msgspec.Struct, tag="at", array_like=True):
+    proc: str
+    address: str
+
+
+class Watch(msgspec.Struct, tag="watch", array_like=True):
+    """Tell me when ``proc`` is lost."""
+
+    proc: str
+
+
+class Lost(msgspec.Struct, tag="lost", array_like=True):
+    proc: str
+    reason: str
+    host: str | None
+    pid: int | None
+    exit_code: int | None
+    signal: int | None
+
+    @classmethod
+    def of(cls, loss: ProcLoss) -> Lost:
+        return cls(loss.proc, loss.reason, loss.host, loss.pid, loss.exit_code, loss.signal)
+
+    def loss(self) -> ProcLoss:
+        return ProcLoss(self.proc, self.reason, self.host, self.pid, self.exit_code, self.signal)
+
+
+class Ping(msgspec.Struct, tag="ping", array_like=True):
+    seq: int
+
+
+class Pong(msgspec.Struct, tag="pong", array_like=True):
+    seq: int
+
+
+class Exit(msgspec.Struct, tag="exit", array_like=True):
+    """End this proc: its actors were stopped already."""
+
+
+Control = Hello | Where | At | Watch | Lost | Ping | Pong | Exit
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Control)
+
+
+def encode(message: Control) -> list[bytes]:
+    return [CONTROL, _encoder.encode(message)]
+
+
+def decode(frame: bytes | memoryview) -> Control:
+    """Raise ``ValueError`` for anything that is not a valid control message."""
+    try:
+        return _decoder.decode(frame)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ValueError(f"bad control message: {exc}") from None

@@ -1,0 +1,119 @@
+"""The I/O thread: where a real proc's sockets, heartbeats and child processes are served.
+
+It is a small poll loop over ZeroMQ sockets and plain file descriptors, with
+timers and a thread-safe ``call_soon``. User code never runs here, so a busy
+or blocked endpoint cannot delay heartbeats, failure notices or transfers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import zmq
+
+log = logging.getLogger("danaus.io")
+
+Handler = Callable[[], None]
+
+
+class IoLoop:
+    """A poll loop running on a daemon thread of its own."""
+
+    def __init__(self, name: str) -> None:
+        self._poller = zmq.Poller()
+        self._handlers: dict[Any, Handler] = {}
+        self._calls: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
+        self._timers: list[tuple[float, int, Callable[[], Any]]] = []
+        self._timer_ids = itertools.count()
+        self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._woken = False
+        self._poller.register(self._wake_fd, zmq.POLLIN)
+        self._running = True
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def in_thread(self) -> bool:
+        return threading.get_ident() == self._thread.ident
+
+    def add_reader(self, source: Any, handler: Handler) -> None:
+        """Call ``handler`` whenever ``source`` (a zmq socket or an fd) is readable."""
+        self._handlers[source] = handler
+        self._poller.register(source, zmq.POLLIN)
+
+    def remove_reader(self, source: Any) -> None:
+        if self._handlers.pop(source, None) is not None:
+            self._poller.unregister(source)
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the I/O thread, in call order. Thread-safe."""
+        self._calls.append((fn, args))
+        if not self._woken:
+            self._woken = True
+            os.eventfd_write(self._wake_fd, 1)
+
+    def call_later(self, delay: float, fn: Callable[[], Any]) -> None:
+        """Run ``fn()`` after ``delay`` seconds. Call from the I/O thread only."""
+        heapq.heappush(self._timers, (time.monotonic() + delay, next(self._timer_ids), fn))
+
+    def stop(self, timeout: float = 2.0) -> None:
+        def halt() -> None:
+            self._running = False
+
+        self.call_soon(halt)
+        if not self.in_thread() and self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while self._running:
+            timeout = None
+            if self._calls:
+                timeout = 0
+            elif self._timers:
+                timeout = max(0.0, self._timers[0][0] - time.monotonic()) * 1000
+            try:
+                ready = self._poller.poll(timeout)
+            except zmq.ZMQError as exc:
+                if exc.errno == zmq.ETERM:
+                    return
+                raise
+            for source, _ in ready:
+                if source == self._wake_fd:
+                    self._woken = False
+                    with contextlib.suppress(BlockingIOError):
+                        os.eventfd_read(self._wake_fd)
+                    continue
+                handler = self._handlers.get(source)
+                if handler is not None:
+                    self._guard(handler)
+            self._run_calls()
+            self._run_timers()
+        os.close(self._wake_fd)
+
+    def _run_calls(self) -> None:
+        for _ in range(len(self._calls)):
+            fn, args = self._calls.popleft()
+            self._guard(fn, *args)
+
+    def _run_timers(self) -> None:
+        now = time.monotonic()
+        while self._timers and self._timers[0][0] <= now:
+            _, _, fn = heapq.heappop(self._timers)
+            self._guard(fn)
+
+    @staticmethod
+    def _guard(fn: Callable[..., Any], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            log.exception("error on the I/O thread in %r", fn)

@@ -1,0 +1,267 @@
+"""A real process's world on the tcp transport.
+
+Threads of a controller process: the user's (main code), the runtime loop
+(``danaus-runtime``: actors' async code, routing, ports), the I/O thread
+(``danaus-io``: sockets, directory, heartbeats, child processes) and one
+thread per actor with sync endpoints. A worker process is the same, except
+that its main thread runs the runtime loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import zmq
+
+from danaus.core.agents import HOST_AGENT, PROC_AGENT, HostAgent, ProcAgent
+from danaus.core.blocking import ThreadRunner
+from danaus.core.mesh import STOP_TIMEOUT
+from danaus.core.runtime import Runtime, cancel_leftover_tasks
+from danaus.core.trace import Trace
+from danaus.launch.bootstrap import Bootstrap
+from danaus.launch.local import LocalLauncher
+from danaus.transports.base import SyncRunner, World
+from danaus.transports.tcp import control
+from danaus.transports.tcp.directory import Directory
+from danaus.transports.tcp.ioloop import IoLoop
+from danaus.transports.tcp.security import JobKeys, ZapHandler
+from danaus.transports.tcp.transport import ROOT, TcpTransport
+
+log = logging.getLogger("danaus.tcp")
+
+T = TypeVar("T")
+
+HEARTBEAT_INTERVAL = 0.5
+HEARTBEAT_TIMEOUT = 3.0
+
+
+class TcpWorld(World):
+    """One OS process's procs (exactly one) on the tcp transport."""
+
+    name = "tcp"
+
+    def __init__(
+        self,
+        *,
+        proc_id: str,
+        host: str,
+        host_agent: str,
+        keys: JobKeys,
+        heartbeat_interval: float,
+        heartbeat_timeout: float,
+        controller_address: str | None = None,
+        bind_host: str = "127.0.0.1",
+    ) -> None:
+        if heartbeat_interval <= 0 or heartbeat_timeout <= heartbeat_interval:
+            raise ValueError("need 0 < heartbeat_interval < heartbeat_timeout")
+        self.proc_id = proc_id
+        self.host = host
+        self.host_agent = host_agent
+        self.keys = keys
+        self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_timeout = heartbeat_timeout
+        self.trace = Trace(time.monotonic, enabled=False)
+        self.io = IoLoop(f"danaus-io-{proc_id}")
+        self.context = zmq.Context()
+        self.loop = asyncio.new_event_loop()
+        self.zap = ZapHandler(self.context, self.io, keys)
+        self.transport = TcpTransport(
+            proc_id,
+            host,
+            self.io,
+            self.context,
+            keys,
+            self.loop,
+            bind_host=bind_host,
+            controller_address=controller_address,
+        )
+        self.launcher = LocalLauncher(self)
+        self.directory: Directory = None  # type: ignore[assignment]
+        self._runtime: Runtime | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._closed = False
+        self._last_ping = time.monotonic()
+
+    # ---- making worlds ----------------------------------------------------------------
+
+    @classmethod
+    def controller(
+        cls,
+        heartbeat_interval: float = HEARTBEAT_INTERVAL,
+        heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
+        bind_host: str = "127.0.0.1",
+    ) -> TcpWorld:
+        """The controller's world: the root proc, the directory, and this host's agent."""
+        world = cls(
+            proc_id=ROOT,
+            host=socket.gethostname(),
+            host_agent=ROOT,
+            keys=JobKeys.generate(),
+            heartbeat_interval=heartbeat_interval,
+            heartbeat_timeout=heartbeat_timeout,
+            bind_host=bind_host,
+        )
+        world.directory = Directory(
+            ROOT,
+            world.transport.send_control,
+            world.io,
+            heartbeat_interval=heartbeat_interval,
+            heartbeat_timeout=heartbeat_timeout,
+            kill=world.launcher.kill,
+        )
+        world.transport.directory = world.directory
+        world.directory.register_local(ROOT, world.transport.address, os.getpid(), world.host)
+        world.io.start()
+        world._loop_thread = threading.Thread(
+            target=world._run_loop, name="danaus-runtime", daemon=True
+        )
+        world._loop_thread.start()
+        world._runtime = world._on_loop(
+            lambda: world._make_runtime({PROC_AGENT: ProcAgent, HOST_AGENT: HostAgent})
+        )
+        return world
+
+    @classmethod
+    def worker(cls, boot: Bootstrap) -> TcpWorld:
+        """A worker's world, from the bootstrap its launcher wrote to its stdin."""
+        world = cls(
+            proc_id=boot.proc_id,
+            host=boot.host,
+            host_agent=boot.host_agent,
+            keys=JobKeys(boot.public_key, boot.secret_key),
+            heartbeat_interval=boot.heartbeat_interval,
+            heartbeat_timeout=boot.heartbeat_timeout,
+            controller_address=boot.controller,
+        )
+        world.transport.on_control = world._worker_control
+        world.io.start()
+        return world
+
+    def _make_runtime(self, agents: dict[str, type]) -> Runtime:
+        runtime = Runtime(self, self.proc_id, self.host, self.host_agent, self.transport)
+        runtime.start({key: cls(runtime) for key, cls in agents.items()})
+        return runtime
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def _on_loop(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the runtime loop's thread and wait for its result."""
+        result: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def call() -> None:
+            try:
+                result.set_result(fn())
+            except BaseException as exc:
+                result.set_exception(exc)
+
+        self.loop.call_soon_threadsafe(call)
+        return result.result()
+
+    # ---- the worker's life ------------------------------------------------------------
+
+    def serve_forever(self) -> None:
+        """Run this worker until its controller tells it to exit (or disappears)."""
+        asyncio.set_event_loop(self.loop)
+        self._runtime = self._make_runtime({PROC_AGENT: ProcAgent})
+        hello = control.Hello(self.transport.address, os.getpid(), self.host)
+        self.io.call_soon(self.transport.send_control, ROOT, hello)
+        self.io.call_soon(self.io.call_later, self.heartbeat_interval, self._check_controller)
+        try:
+            self.loop.run_forever()
+        finally:
+            self.loop.run_until_complete(self._close_runtime())
+
+    def _worker_control(self, src: str, message: control.Control) -> None:
+        if isinstance(message, control.Ping):
+            self._last_ping = time.monotonic()
+            self.transport.send_control(ROOT, control.Pong(message.seq))
+        elif isinstance(message, control.Exit):
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        else:
+            log.error("proc %s: unexpected %s from %s", self.proc_id, type(message).__name__, src)
+
+    def _check_controller(self) -> None:
+        silent = time.monotonic() - self._last_ping
+        if silent > self.heartbeat_timeout:
+            log.error("proc %s: controller silent for %.1f s; exiting", self.proc_id, silent)
+            os._exit(70)
+        self.io.call_later(self.heartbeat_interval, self._check_controller)
+
+    # ---- the contract -----------------------------------------------------------------
+
+    @property
+    def root(self) -> Runtime:
+        assert self._runtime is not None
+        return self._runtime
+
+    def hosts(self) -> Sequence[str]:
+        return [self.host_agent]
+
+    def sync_runner(self) -> SyncRunner:
+        return ThreadRunner(f"danaus-actor-{self.proc_id}")
+
+    def shutdown(self) -> None:
+        """Stop every mesh this process owns (gracefully, within a timeout), then every worker."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._loop_thread is None:
+            return
+        try:
+            stopping = asyncio.run_coroutine_threadsafe(self.root.client.stop_owned(), self.loop)
+            stopping.result(timeout=2 * STOP_TIMEOUT)
+        except Exception as exc:
+            log.error("stopping meshes at shutdown failed: %r", exc)
+        self._stop_children()
+        try:
+            asyncio.run_coroutine_threadsafe(self._close_runtime(), self.loop).result(timeout=5)
+        except Exception as exc:
+            log.error("closing the runtime failed: %r", exc)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._loop_thread.join(5)
+        self.io.stop()
+        self.context.destroy(linger=0)
+
+    def _stop_children(self) -> None:
+        done = threading.Event()
+
+        def kill() -> None:
+            self.launcher.kill_all()
+            done.set()
+
+        self.io.call_soon(kill)
+        done.wait(2)
+
+    async def _close_runtime(self) -> None:
+        if self._runtime is not None:
+            self._runtime.close()
+        await cancel_leftover_tasks()
+
+    def __repr__(self) -> str:
+        return f"<TcpWorld {self.proc_id} at {self.transport.address}>"
+
+
+def worker_main(boot: Bootstrap) -> None:
+    """Entry point of ``python -m danaus.worker`` once the bootstrap is read."""
+    world = TcpWorld.worker(boot)
+    from danaus.core import config
+
+    config.install(world)
+    try:
+        world.serve_forever()
+    finally:
+        world.io.stop()
+        world.context.destroy(linger=1000)
+
+
+__all__ = ["TcpWorld", "worker_main"]
