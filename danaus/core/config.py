@@ -22,6 +22,11 @@ _settings: dict[str, Any] = {}
 _world: World | None = None
 
 
+def selected() -> str:
+    """The name of the transport the next world will use."""
+    return _transport_name()
+
+
 def _transport_name() -> str:
     return _settings.get("transport") or os.environ.get("DANAUS_TRANSPORT") or DEFAULT_TRANSPORT
 

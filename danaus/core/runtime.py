@@ -235,7 +235,7 @@ class Runtime:
 
 
 async def cancel_leftover_tasks() -> None:
-    """Cancel every other task of the running loop and wait for them: the last step of a shutdown."""
+    """Cancel every other task of the running loop and wait for them (the end of a shutdown)."""
     leftover = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
     for task in leftover:
         task.cancel()

@@ -99,7 +99,7 @@ def decode(frames: Sequence[Buffer], max_bytes: int | None = None) -> tuple[Enve
             raise FrameError(f"payload of {total} bytes exceeds the limit of {max_bytes}")
     try:
         envelope = _decoder.decode(header[len(_PREFIX) :])
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.MsgspecError, ValueError) as exc:
         raise FrameError(f"bad envelope: {exc}") from None
     envelope.validate()
     return envelope, payload

@@ -33,6 +33,8 @@ class _SimLoopPolicy(asyncio.DefaultEventLoopPolicy):
     """Makes ``asyncio.run(main())`` run on the simulator's virtual-time loop."""
 
     def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        if config.installed() is None and config.selected() != "sim":
+            return super().new_event_loop()
         world = config.current_world()
         if isinstance(world, SimWorld) and not world.loop.is_closed():
             world.loop.after_main = world.finish_main

@@ -82,5 +82,5 @@ def decode(frame: bytes | memoryview) -> Control:
     """Raise ``ValueError`` for anything that is not a valid control message."""
     try:
         return _decoder.decode(frame)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.MsgspecError, ValueError) as exc:
         raise ValueError(f"bad control message: {exc}") from None

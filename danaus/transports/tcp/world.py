@@ -71,7 +71,7 @@ class TcpWorld(World):
         self.trace = Trace(time.monotonic, enabled=False)
         self.io = IoLoop(f"danaus-io-{proc_id}")
         self.context = zmq.Context()
-        self.loop = asyncio.new_event_loop()
+        self.loop = asyncio.SelectorEventLoop()
         self.zap = ZapHandler(self.context, self.io, keys)
         self.transport = TcpTransport(
             proc_id,

@@ -1,0 +1,68 @@
+"""Fixtures for tests that need real worker processes on the tcp transport."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import danaus
+from danaus.core import config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def tcp() -> Iterator[Callable[..., object]]:
+    """Configure a tcp world with the given options; it is shut down after the test."""
+
+    def start(**options: object) -> object:
+        danaus.configure(transport="tcp", **options)
+        return config.current_world()
+
+    try:
+        yield start
+    finally:
+        danaus.shutdown()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``condition`` until true; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def run_script(
+    source: str, tmp_path: Path, timeout: float = 60, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``source`` as a controller script in a fresh interpreter."""
+    script = tmp_path / "controller.py"
+    script.write_text(source)
+    return subprocess.run(
+        [sys.executable, str(script)],
+        cwd=ROOT,
+        env={**os.environ, "DANAUS_TRANSPORT": "tcp", **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

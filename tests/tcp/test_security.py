@@ -1,0 +1,124 @@
+"""Only members of the job get a frame through; garbage never stops a proc."""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+import pytest
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from danaus import Actor, context, endpoint, this_host
+from danaus.transports.tcp import control
+
+HANDSHAKE_REFUSED = {
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH,
+    zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL,
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL,
+}
+
+
+class Echo(Actor):
+    def __init__(self) -> None:
+        self.calls = 0
+
+    @endpoint
+    def echo(self, value: int) -> int:
+        self.calls += 1
+        return value
+
+    @endpoint
+    def address(self) -> str:
+        return context().actor_instance._runtime.transport.address
+
+    @endpoint
+    def count(self) -> int:
+        return self.calls
+
+
+def _handshake_outcome(sock: zmq.Socket, timeout_ms: int = 10_000) -> int:
+    """The first handshake event on ``sock``'s monitor (success or a failure)."""
+    monitor = sock.get_monitor_socket()
+    try:
+        while monitor.poll(timeout_ms):
+            event = recv_monitor_message(monitor)["event"]
+            if event == zmq.EVENT_HANDSHAKE_SUCCEEDED or event in HANDSHAKE_REFUSED:
+                return event
+        pytest.fail("no handshake outcome")
+    finally:
+        sock.disable_monitor()
+        monitor.close(0)
+
+
+@pytest.fixture
+def echo(tcp):
+    tcp()
+    mesh = this_host().spawn_procs().spawn("echo", Echo)
+    return mesh, mesh.address.call_one().get()
+
+
+def test_peer_with_another_key_is_refused_and_the_proc_keeps_serving(echo, caplog):
+    mesh, address = echo
+    ctx = zmq.Context()
+    try:
+        intruder = ctx.socket(zmq.DEALER)
+        public, secret = zmq.curve_keypair()
+        intruder.curve_serverkey = public
+        intruder.curve_publickey = public
+        intruder.curve_secretkey = secret
+        intruder.connect(address)
+        assert _handshake_outcome(intruder) in HANDSHAKE_REFUSED
+        plain = ctx.socket(zmq.DEALER)
+        plain.connect(address)
+        assert _handshake_outcome(plain) in HANDSHAKE_REFUSED
+    finally:
+        ctx.destroy(linger=0)
+    assert mesh.echo.call_one(7).get(timeout=30) == 7
+    assert mesh.count.call_one().get() == 1
+
+
+def test_raw_tcp_garbage_is_dropped_and_the_proc_keeps_serving(echo):
+    mesh, address = echo
+    host, port = address.removeprefix("tcp://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        raw.sendall(b"\xff" * 10 + b"GET / HTTP/1.1\r\n\r\n" + bytes(range(256)) * 8)
+        received = b""
+        while True:
+            try:
+                chunk = raw.recv(4096)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            received += chunk
+    assert mesh.echo.call_one(9).get(timeout=30) == 9
+
+
+def test_member_sending_malformed_frames_is_rejected_with_a_log(echo, caplog):
+    """A peer holding the job key but speaking garbage: logged, dropped, proc lives."""
+    from danaus.core import config
+
+    mesh, _ = echo
+    world = config.installed()
+    ctx = zmq.Context()
+    caplog.set_level(logging.ERROR)
+    try:
+        member = ctx.socket(zmq.DEALER)
+        world.keys.connect_as_client(member)
+        member.identity = b"stranger"
+        member.connect(world.transport.address)
+        assert _handshake_outcome(member) == zmq.EVENT_HANDSHAKE_SUCCEEDED
+        member.send_multipart([control.DATA, b"not a header", b"payload"])
+        member.send_multipart([control.DATA, b"DNS\x07junk", b"payload"])
+        member.send_multipart([control.CONTROL, b"\xc1\xc1"])
+        member.send_multipart([b"?", b"x", b"y"])
+        assert mesh.echo.call_one(3).get(timeout=30) == 3
+    finally:
+        ctx.destroy(linger=0)
+    from tests.tcp.conftest import wait_until
+
+    def rejected() -> int:
+        return sum("rejected" in r.getMessage() for r in caplog.records)
+
+    wait_until(lambda: rejected() >= 4, 10, "four rejections logged")
