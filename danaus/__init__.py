@@ -22,6 +22,8 @@ from danaus.core.instance import Instance
 from danaus.core.mesh import ActorMesh, HostMesh, ProcMesh, hosts, this_host, this_proc
 from danaus.core.ports import Channel, Port, PortReceiver
 from danaus.core.shape import Extent, Point, Shape
+from danaus.core.supervision import MeshFailure, RestartPolicy
+from danaus.core.supervision import default_unhandled_fault_hook as unhandled_fault_hook
 from danaus.core.value_mesh import ValueMesh
 
 __all__ = [
@@ -36,12 +38,14 @@ __all__ = [
     "Future",
     "HostMesh",
     "Instance",
+    "MeshFailure",
     "MeshStoppedError",
     "Point",
     "Port",
     "PortReceiver",
     "ProcMesh",
     "RemoteException",
+    "RestartPolicy",
     "SerializationError",
     "Shape",
     "SupervisionError",
@@ -56,6 +60,7 @@ __all__ = [
     "shutdown",
     "this_host",
     "this_proc",
+    "unhandled_fault_hook",
 ]
 
 _SUBMODULES = ("sim", "rdma", "chaos", "tensor")

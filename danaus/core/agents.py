@@ -16,6 +16,7 @@ from danaus.core.context import current_rank
 from danaus.core.instance import Instance
 from danaus.core.ports import Port
 from danaus.core.serialize import Buffer
+from danaus.core.shape import Point
 from danaus.transports.base import ProcSpec
 
 if TYPE_CHECKING:
@@ -46,17 +47,34 @@ class ProcAgent(Actor):
 
     @endpoint
     async def spawn(
-        self, mesh_id: str, name: str, blob: list[Buffer], creator: str, proc_mesh: ProcMesh
+        self,
+        mesh_id: str,
+        name: str,
+        blob: list[Buffer],
+        creator: str,
+        owner: tuple[str, str],
+        proc_mesh: ProcMesh,
+        rank: Point | None,
     ) -> None:
-        Instance.spawn(self._runtime, mesh_id, name, current_rank(), blob, creator, proc_mesh)
+        """Host member ``rank`` (by default: this agent's position in the cast) of a mesh."""
+        Instance.spawn(
+            self._runtime,
+            mesh_id,
+            name,
+            rank if rank is not None else current_rank(),
+            blob,
+            creator,
+            owner,
+            proc_mesh,
+        )
 
     @endpoint(explicit_response_port=True)
-    async def stop_actor(self, port: Port[None], mesh_id: str) -> None:
-        _answer_later(self._runtime, port, self._runtime.stop_actors([mesh_id]))
+    async def stop_actor(self, port: Port[None], mesh_id: str, timeout: float) -> None:
+        _answer_later(self._runtime, port, self._runtime.stop_actors([mesh_id], timeout))
 
     @endpoint(explicit_response_port=True)
-    async def stop_all(self, port: Port[None]) -> None:
-        _answer_later(self._runtime, port, self._runtime.stop_actors())
+    async def stop_all(self, port: Port[None], timeout: float) -> None:
+        _answer_later(self._runtime, port, self._runtime.stop_actors(None, timeout))
 
     @endpoint
     async def ping(self) -> None:

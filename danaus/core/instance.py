@@ -14,6 +14,7 @@ import os
 import traceback
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ from danaus.core.errors import ActorError, MeshStoppedError, RemoteException, Su
 from danaus.core.ports import Port
 from danaus.core.serialize import Buffer, dumps, loads
 from danaus.core.shape import Extent, Point
+from danaus.core.supervision import MeshFailure
 from danaus.core.wire import Call
 
 if TYPE_CHECKING:
@@ -56,6 +58,13 @@ def actor_error_payload(actor_id: str, exc: BaseException) -> list[Buffer]:
         return dumps(ActorError(actor_id, RemoteException(type(exc).__qualname__, str(exc)), tb))
 
 
+@dataclass(frozen=True)
+class _Supervise:
+    """A mailbox item: run ``__supervise__`` for a failure of a mesh this actor owns."""
+
+    failure: MeshFailure
+
+
 class _Mailbox:
     """A FIFO of messages drained by one task (leaner than `asyncio.Queue` on the hot path)."""
 
@@ -68,17 +77,25 @@ class _Mailbox:
 
     def put(self, item: Any) -> None:
         self._items.append(item)
-        waiter = self._waiter
-        if waiter is not None:
-            self._waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
+        self.put_nothing()
 
     async def get(self) -> Any:
         while not self._items:
             self._waiter = self._loop.create_future()
             await self._waiter
         return self._items.popleft()
+
+    def put_first(self, item: Any) -> None:
+        """Queue ``item`` ahead of every message: it runs at the next safe point."""
+        self._items.appendleft(item)
+        self.put_nothing()
+
+    def put_nothing(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
 
     def take_all(self) -> list[Any]:
         items = list(self._items)
@@ -98,10 +115,12 @@ class Instance:
         rank: Point,
         *,
         creator: str | None = None,
+        owner: tuple[str, str] | None = None,
         proc_mesh: ProcMesh | None = None,
         is_system: bool = False,
     ) -> None:
         self._runtime = runtime
+        self.owner = owner
         self.key = key
         self.actor_id = actor_id
         self.name = name
@@ -121,6 +140,7 @@ class Instance:
         self.state = "running"
         self.owned: list[Any] = []
         self._choices: dict[str, int] = {}
+        self._failure: MeshFailure | None = None
 
     @classmethod
     def client(cls, runtime: Runtime) -> Instance:
@@ -143,6 +163,7 @@ class Instance:
         rank: Point,
         blob: list[Buffer],
         creator: str,
+        owner: tuple[str, str],
         proc_mesh: ProcMesh,
     ) -> Instance:
         """Host a new actor of mesh ``mesh_id``; it is built from ``blob`` before any message."""
@@ -153,6 +174,7 @@ class Instance:
             name,
             rank,
             creator=creator,
+            owner=owner,
             proc_mesh=proc_mesh,
         )
         instance.state = "starting"
@@ -221,16 +243,27 @@ class Instance:
                 call, MeshStoppedError(f"actor {self.actor_id} was stopped"), self
             )
 
+    def supervise(self, failure: MeshFailure) -> None:
+        """A mesh this actor owns has a failed member: handle it at the next safe point."""
+        if self.key == "client":
+            self._runtime.unhandled(failure)
+        elif self.state in ("starting", "running"):
+            assert self._mailbox is not None
+            self._mailbox.put_first(_Supervise(failure))
+
     async def _serve(self, blob: list[Buffer] | None) -> None:
         assert self._mailbox is not None
         if blob is not None and not await self._construct(blob):
             return
-        while True:
+        while self.state == "running" or self.state == "stopping":
             item = await self._mailbox.get()
             if item is None:
-                break
-            await self._handle(*item)
-        await self._finish()
+                await self._finish()
+                return
+            if isinstance(item, _Supervise):
+                await self._supervise(item.failure)
+            else:
+                await self._handle(*item)
 
     def _sync(self) -> SyncRunner:
         if self._runner is None:
@@ -238,9 +271,15 @@ class Instance:
         return self._runner
 
     async def _invoke(self, fn: Callable[..., Any], is_async: bool) -> Any:
-        if is_async:
-            return await fn()
-        return await self._sync().run(fn)
+        """Run user code; a ``sys.exit`` in it ends the whole proc, as in a real process."""
+        try:
+            if is_async:
+                return await fn()
+            return await self._sync().run(fn)
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else 1
+            self._runtime.world.exit_proc(self._runtime, code)
+            raise asyncio.CancelledError from None
 
     async def _construct(self, blob: list[Buffer]) -> bool:
         token = set_context(self.context)
@@ -250,37 +289,38 @@ class Instance:
             self._adopt_object(obj)
             await self._invoke(partial(cls.__init__, obj, *args, **kwargs), is_async=False)
         except Exception as exc:
-            self._fail(exc, "__init__")
+            self._fail(f"__init__ raised {_describe(exc)}", exc)
             return False
         finally:
             reset_context(token)
-        self.state = "running"
+        if self.state == "starting":
+            self.state = "running"
         return True
 
     async def _handle(self, call: Call, payload: list[Buffer]) -> None:
         token = set_context(Context(self, Point(call.point, Extent.of(call.labels, call.sizes))))
         spec = self._endpoints.get(call.method)
-        answers = call.reply is not None and not (spec is not None and spec.explicit_response_port)
+        explicit = spec is not None and spec.explicit_response_port
         try:
             if spec is None:
                 raise AttributeError(f"{self.class_name} has no endpoint {call.method!r}")
             args, kwargs = loads(payload)
-            if spec.explicit_response_port:
+            if explicit:
                 args = (Port(call.reply, call.point), *args)
             result = await self._invoke(
                 partial(getattr(self._obj, call.method), *args, **kwargs), spec.is_async
             )
         except Exception as exc:
-            if answers:
-                assert call.reply is not None
+            if call.reply is not None and not explicit:
                 self._runtime.send_reply(
                     self, call.reply, call.point, actor_error_payload(self.actor_id, exc), True
                 )
             else:
-                self._fail(exc, f"endpoint {call.method}")
+                how = "an explicit-port" if explicit else "a broadcast"
+                self._fail(f"endpoint {call.method} ({how} call) raised {_describe(exc)}", exc)
+                self._runtime.reply_error(call, self._failure_error(), self)
         else:
-            if answers:
-                assert call.reply is not None
+            if call.reply is not None and not explicit:
                 try:
                     frames = dumps(result, f"result of {self.class_name}.{call.method}")
                 except TypeError as exc:
@@ -291,26 +331,63 @@ class Instance:
         finally:
             reset_context(token)
 
+    async def _supervise(self, failure: MeshFailure) -> None:
+        """Offer ``failure`` to ``__supervise__``; unhandled, it fails this actor in turn."""
+        hook = getattr(self._obj, "__supervise__", None)
+        token = set_context(self.context)
+        try:
+            handled = False
+            if hook is not None:
+                handled = await self._invoke(
+                    partial(hook, failure), asyncio.iscoroutinefunction(hook)
+                )
+        except Exception as exc:
+            self._fail(f"__supervise__ raised {_describe(exc)}", exc, chained=failure)
+            return
+        finally:
+            reset_context(token)
+        if not handled:
+            self._fail("a mesh it owns failed and __supervise__ did not handle it", chained=failure)
+
     # ---- ending ---------------------------------------------------------------------
 
     def _failure_error(self) -> SupervisionError:
-        return SupervisionError(f"actor {self.actor_id} has failed")
+        return SupervisionError(f"actor {self.actor_id} has failed", self._failure)
 
-    def _fail(self, exc: BaseException, where: str) -> None:
-        """The actor dies: every queued message is answered with a `SupervisionError`."""
+    def _fail(
+        self, cause: str, exc: BaseException | None = None, chained: MeshFailure | None = None
+    ) -> None:
+        """The actor dies: queued messages get `SupervisionError`, its owner is told."""
+        if self.state in ("failed", "stopped"):
+            return
         self.state = "failed"
-        log.error(
-            "actor %s failed in %s:\n%s", self.actor_id, where, remote_traceback(exc).rstrip()
+        tb = remote_traceback(exc) if exc is not None else None
+        self._failure = MeshFailure(
+            mesh_name=self.name,
+            mesh_id=self.key,
+            rank=self.rank,
+            actor_id=self.actor_id,
+            proc=self._runtime.proc_id,
+            host=self._runtime.host,
+            pid=self._runtime.pid,
+            cause=cause,
+            traceback=tb,
+            chained=chained,
         )
-        self._runtime.trace.record("fail", self._runtime.proc_id, actor=self.actor_id, where=where)
+        log.warning("actor %s failed: %s%s", self.actor_id, cause, f"\n{tb.rstrip()}" if tb else "")
+        self._runtime.trace.record("fail", self._runtime.proc_id, actor=self.actor_id, cause=cause)
         self._drain(self._failure_error())
         self._runtime.retire(self, self._failure_error())
+        if self.owner is not None:
+            self._runtime.send_failure(self, self.owner, self._failure)
+        if self.owned:
+            self._runtime.loop.create_task(self.stop_owned())
         self._release()
 
     def _drain(self, error: BaseException) -> None:
         assert self._mailbox is not None
         for item in self._mailbox.take_all():
-            if item is not None:
+            if isinstance(item, tuple):
                 self._runtime.reply_error(item[0], error, self)
 
     def _release(self) -> None:
@@ -319,14 +396,22 @@ class Instance:
         if self._stopped is not None and not self._stopped.done():
             self._stopped.set_result(None)
 
-    async def stop(self) -> None:
-        """Stop gracefully: finish queued messages, stop owned meshes, run ``__cleanup__``."""
+    async def stop(self, timeout: float | None = None) -> None:
+        """Stop gracefully: finish queued messages, stop owned meshes, run ``__cleanup__``.
+
+        After ``timeout`` seconds the actor is abandoned without cleanup.
+        """
         if self.state in ("starting", "running"):
             self.state = "stopping"
             assert self._mailbox is not None
             self._mailbox.put(None)
-        if self._stopped is not None:
-            await asyncio.shield(self._stopped)
+        if self._stopped is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._stopped), timeout)
+        except asyncio.TimeoutError:
+            log.warning("actor %s did not stop within %s s; abandoned", self.actor_id, timeout)
+            self.abandon(MeshStoppedError(f"actor {self.actor_id} was stopped"))
 
     async def stop_owned(self) -> None:
         """Stop the meshes this actor spawned, newest first."""
@@ -356,5 +441,11 @@ class Instance:
             self._task.cancel()
         if self._mailbox is not None:
             self._drain(reason)
-        self.state = "stopped"
+        if self.state != "failed":
+            self.state = "stopped"
+        self._runtime.retire(self, reason)
         self._release()
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"

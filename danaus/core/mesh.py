@@ -2,38 +2,62 @@
 
 A mesh object is a reference: it pickles into any message, and code holding it
 anywhere can message it. The mesh that `spawn`/`spawn_procs` returned to its
-owner also carries the owner's view of its lifecycle (stopped or not), which
-slices of it share.
+owner also carries the owner's view of its lifecycle (stopped, failed members,
+members replaced by restarts), which slices of it share.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from danaus.core.actor import Actor, EndpointSpec, endpoints_of
 from danaus.core.context import context
 from danaus.core.endpoint import Endpoint
-from danaus.core.errors import MeshStoppedError
+from danaus.core.errors import MeshStoppedError, SupervisionError
 from danaus.core.future import Future
-from danaus.core.serialize import dumps
+from danaus.core.serialize import Buffer, dumps
 from danaus.core.shape import Extent, MeshTrait, Shape
+from danaus.core.supervision import MeshFailure, RestartPolicy
 from danaus.transports.base import NumberedNames
 
 if TYPE_CHECKING:
     from danaus.core.instance import Instance
+    from danaus.core.runtime import Runtime
 
 T = TypeVar("T", bound=Actor)
 
 STOP_TIMEOUT = 10.0
-"""Seconds a graceful stop may take before procs are killed."""
+"""Seconds a graceful stop may take before actors are abandoned and procs killed."""
+
+
+@dataclass(frozen=True)
+class _SpawnRecord:
+    """What it takes to spawn a member again: kept by the owner for restarts."""
+
+    blob: list[Buffer]
+    creator: str
+    owner: tuple[str, str]
 
 
 class _Lifecycle:
     """The owner's view of a mesh it spawned: shared by the mesh and its slices."""
 
-    __slots__ = ("children", "initialized", "mesh", "name", "owner", "stopped")
+    __slots__ = (
+        "children",
+        "failed",
+        "initialized",
+        "mesh",
+        "name",
+        "owner",
+        "policy",
+        "procs",
+        "spawn",
+        "stopped",
+    )
 
     def __init__(self, name: str, initialized: Future[Any] | None = None) -> None:
         self.name = name
@@ -42,12 +66,18 @@ class _Lifecycle:
         self.mesh: Any = None
         self.owner: Instance | None = None
         self.children: list[_Lifecycle] = []
+        self.failed: dict[int, MeshFailure] = {}
+        self.procs: list[str] | None = None
+        self.spawn: _SpawnRecord | None = None
+        self.policy: RestartPolicy | None = None
 
     def end(self) -> None:
         """Stopped along with the procs it lived on: refuse messages, leave the owner's list."""
         self.stopped = True
-        if self.owner is not None and self.mesh in self.owner.owned:
-            self.owner.owned.remove(self.mesh)
+        if self.owner is not None:
+            self.owner._runtime.supervisor.release(self.mesh._mesh_id)
+            if self.mesh in self.owner.owned:
+                self.owner.owned.remove(self.mesh)
 
 
 def _caller() -> Instance:
@@ -59,15 +89,32 @@ class _Mesh(MeshTrait):
 
     _procs: Sequence[str]
     _life: _Lifecycle | None
+    _mesh_id: str
     _kind = "mesh"
 
+    def _members(self) -> Sequence[str]:
+        """The procs of the members, by position in the base list (after any restarts)."""
+        if self._life is not None and self._life.procs is not None:
+            return self._life.procs
+        return self._procs
+
     def _targets(self) -> list[tuple[str, int]]:
-        procs = self._procs
+        procs = self._members()
         return [(procs[rank], index) for index, rank in enumerate(self._shape.ranks())]
 
     def _check_usable(self) -> None:
-        if self._life is not None and self._life.stopped:
-            raise MeshStoppedError(f"{self._kind} {self._life.name!r} has been stopped")
+        life = self._life
+        if life is None:
+            return
+        if life.stopped:
+            raise MeshStoppedError(f"{self._kind} {life.name!r} has been stopped")
+        if life.failed:
+            for rank in self._shape.ranks():
+                failure = life.failed.get(rank)
+                if failure is not None:
+                    raise SupervisionError(
+                        f"{self._kind} {life.name!r} has failed: {failure}", failure
+                    )
 
     async def __aenter__(self) -> Any:
         return self
@@ -75,21 +122,26 @@ class _Mesh(MeshTrait):
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    def stop(self) -> Future[None]:
-        """Stop the whole mesh (all of it, even when called on a slice)."""
+    def stop(self, timeout: float = STOP_TIMEOUT) -> Future[None]:
+        """Stop the whole mesh (all of it, even when called on a slice).
+
+        Members take no new messages, finish the queued ones, stop the meshes
+        they own, then run ``__cleanup__``; after ``timeout`` seconds the rest are
+        abandoned (and procs killed). Stopping is not a failure.
+        """
         owner = _caller()
         if not self._stopping():
             return owner._runtime.submit(_noop())
         assert self._life is not None
         if self._life.mesh in owner.owned:
             owner.owned.remove(self._life.mesh)
-        return owner._runtime.submit(self._life.mesh._stop_members())
+        return owner._runtime.submit(self._life.mesh._stop_members(timeout))
 
     async def _stop_as_owner(self) -> None:
         if self._stopping():
-            await self._stop_members()
+            await self._stop_members(STOP_TIMEOUT)
 
-    async def _stop_members(self) -> None:
+    async def _stop_members(self, timeout: float) -> None:
         raise NotImplementedError
 
     def _own(self, owner: Instance) -> Any:
@@ -108,6 +160,8 @@ class _Mesh(MeshTrait):
         if self._life.stopped:
             return False
         self._life.stopped = True
+        if self._life.owner is not None:
+            self._life.owner._runtime.supervisor.release(self._mesh_id)
         return True
 
 
@@ -115,18 +169,19 @@ class HostMesh(_Mesh):
     """Hosts, each with an agent that starts procs on it."""
 
     _kind = "host mesh"
+    _mesh_id = "hosts"
 
-    def __init__(self, agents: Sequence[str], shape: Shape, life: _Lifecycle | None = None) -> None:
+    def __init__(self, agents: Sequence[str], shape: Shape) -> None:
         self._procs = agents
         self._shape = shape
-        self._life = life
+        self._life = None
 
     @classmethod
     def single(cls, agent: str) -> HostMesh:
         return cls((agent,), Shape.unity())
 
     def _with_shape(self, shape: Shape) -> HostMesh:
-        return HostMesh(self._procs, shape, self._life)
+        return HostMesh(self._procs, shape)
 
     def _agents(self) -> ActorMesh[Any]:
         from danaus.core.agents import HOST_AGENT, HostAgent
@@ -144,7 +199,6 @@ class HostMesh(_Mesh):
         Returns at once; messages to the procs wait until they are up. The mesh's
         ``initialized`` future settles when every proc has started.
         """
-        self._check_usable()
         if bootstrap is not None:
             raise NotImplementedError("custom bootstrap is not supported")
         extent = Extent.from_dict(per_host or {})
@@ -159,16 +213,11 @@ class HostMesh(_Mesh):
             Extent(self._shape.labels + extent.labels, self._shape.ndslice.sizes + extent.sizes)
         )
         started = self._agents().spawn_procs._fold((mesh_id, count, name), {}, None, _ignore)
-        mesh = ProcMesh(
-            mesh_id,
-            NumberedNames(f"{mesh_id}.", len(self) * count),
-            shape,
-            self,
-            _Lifecycle(name, started),
-        )
+        procs = NumberedNames(f"{mesh_id}.", len(self) * count)
+        mesh = ProcMesh(mesh_id, procs, shape, self, count, _Lifecycle(name, started))
         return mesh._own(owner)
 
-    def stop(self) -> Future[None]:
+    def stop(self, timeout: float = STOP_TIMEOUT) -> Future[None]:
         """Stop every proc mesh the caller spawned on these hosts."""
         owner = _caller()
         hosts = set(self._procs)
@@ -178,9 +227,10 @@ class HostMesh(_Mesh):
 
         async def stop_all() -> None:
             for mesh in reversed(mine):
-                if mesh in owner.owned:
-                    owner.owned.remove(mesh)
-                await mesh._stop_as_owner()
+                if mesh._stopping():
+                    if mesh in owner.owned:
+                        owner.owned.remove(mesh)
+                    await mesh._stop_members(timeout)
 
         return owner._runtime.submit(stop_all())
 
@@ -202,12 +252,14 @@ class ProcMesh(_Mesh):
         procs: Sequence[str],
         shape: Shape,
         host_mesh: HostMesh,
+        per_host: int = 1,
         life: _Lifecycle | None = None,
     ) -> None:
         self._mesh_id = mesh_id
         self._procs = procs
         self._shape = shape
         self._host_mesh = host_mesh
+        self._per_host = per_host
         self._life = life
 
     @classmethod
@@ -215,7 +267,9 @@ class ProcMesh(_Mesh):
         return cls(proc, (proc,), Shape.unity(), host_mesh)
 
     def _with_shape(self, shape: Shape) -> ProcMesh:
-        return ProcMesh(self._mesh_id, self._procs, shape, self._host_mesh, self._life)
+        return ProcMesh(
+            self._mesh_id, self._procs, shape, self._host_mesh, self._per_host, self._life
+        )
 
     @property
     def host_mesh(self) -> HostMesh:
@@ -228,15 +282,30 @@ class ProcMesh(_Mesh):
             return self._life.initialized
         return _proc_agents(self).ping._fold((), {}, None, _ignore)
 
-    def spawn(self, name: str, cls: type[T], *args: Any, **kwargs: Any) -> ActorMesh[T]:
+    def host_of(self, base: int) -> HostMesh:
+        """The host of the member at position ``base`` of the proc list, as a mesh of one."""
+        return HostMesh.single(self._host_mesh._procs[base // self._per_host])
+
+    def spawn(
+        self,
+        name: str,
+        cls: type[T],
+        *args: Any,
+        restart: RestartPolicy | None = None,
+        **kwargs: Any,
+    ) -> ActorMesh[T]:
         """Spawn one ``cls(*args, **kwargs)`` actor on every proc of this mesh.
 
         Returns at once; ``__init__`` runs on each proc before the actor's first
-        message. Arguments are checked against ``cls.__init__`` here.
+        message. Arguments are checked against ``cls.__init__`` here. With
+        ``restart``, failed members are restarted by the owner (see
+        `RestartPolicy`); the keyword is therefore not passed to ``__init__``.
         """
         self._check_usable()
         if not (isinstance(cls, type) and issubclass(cls, Actor)):
             raise TypeError(f"spawn needs a subclass of danaus.Actor, got {cls!r}")
+        if restart is not None and not isinstance(restart, RestartPolicy):
+            raise TypeError(f"restart must be a danaus.RestartPolicy, not {restart!r}")
         endpoints = endpoints_of(cls)
         clashes = sorted(set(endpoints) & _RESERVED)
         if clashes:
@@ -248,30 +317,45 @@ class ProcMesh(_Mesh):
         except TypeError as exc:
             raise TypeError(f"{cls.__qualname__}(): {exc}") from None
         owner = _caller()
-        mesh_id = owner._runtime.new_id()
-        blob = dumps((cls, args, kwargs), f"an argument of {cls.__qualname__}()")
-        _proc_agents(self).spawn.broadcast(mesh_id, name, blob, owner.actor_id, self)
+        runtime = owner._runtime
+        mesh_id = runtime.new_id()
+        record = _SpawnRecord(
+            dumps((cls, args, kwargs), f"an argument of {cls.__qualname__}()"),
+            owner.actor_id,
+            (runtime.proc_id, owner.key),
+        )
         life = _Lifecycle(name)
+        life.spawn = record
+        life.policy = restart
         mesh: ActorMesh[T] = ActorMesh(
-            mesh_id, name, endpoints, self._procs, self._shape, self, life
+            mesh_id, name, endpoints, self._members(), self._shape, self, life
         )
         if self._life is not None:
             self._life.children.append(life)
-        return mesh._own(owner)
+        mesh._own(owner)
+        runtime.supervisor.adopt(owner, mesh)
+        _proc_agents(self).spawn.broadcast(
+            mesh_id, name, record.blob, record.creator, record.owner, self, None
+        )
+        return mesh
 
-    async def _stop_members(self) -> None:
+    async def _stop_members(self, timeout: float) -> None:
         """Stop every actor on these procs (children first), then end the procs."""
         assert self._life is not None
         for child in self._life.children:
             child.end()
-        await _proc_agents(self).stop_all.call()
-        await self._host_mesh._agents().stop_procs.call(self._mesh_id, STOP_TIMEOUT)
+        with contextlib.suppress(SupervisionError):
+            await _proc_agents(self).stop_all.call(timeout)
+        await self._host_mesh._agents().stop_procs.call(self._mesh_id, timeout)
 
     def __repr__(self) -> str:
         return f"<ProcMesh {self._mesh_id} {self.sizes}>"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (ProcMesh, (self._mesh_id, self._procs, self._shape, self._host_mesh))
+        return (
+            ProcMesh,
+            (self._mesh_id, self._members(), self._shape, self._host_mesh, self._per_host),
+        )
 
 
 class ActorMesh(_Mesh, Generic[T]):
@@ -329,9 +413,47 @@ class ActorMesh(_Mesh, Generic[T]):
         """Settles when every actor has run ``__init__`` (raises if one failed)."""
         return Endpoint(self, self._endpoints["__initialized__"])._fold((), {}, None, _ignore)
 
-    async def _stop_members(self) -> None:
+    async def _stop_members(self, timeout: float) -> None:
         """No new messages; queued ones finish; owned meshes stop; then ``__cleanup__``."""
-        await _proc_agents(self).stop_actor.call(self._mesh_id)
+        with contextlib.suppress(SupervisionError):
+            await _proc_agents(self).stop_actor.call(self._mesh_id, timeout)
+
+    async def _stop_ranks(self, bases: list[int]) -> None:
+        """Stop the members at these positions of the base list (for a one_for_all restart)."""
+        procs = self._members()
+        for base in bases:
+            with contextlib.suppress(SupervisionError):
+                await _agent_of(procs[base]).stop_actor.call(self._mesh_id, STOP_TIMEOUT)
+
+    async def _respawn(self, bases: list[int], runtime: Runtime) -> None:
+        """Spawn the members at these positions again; those whose proc died get a new proc."""
+        life = self._life
+        assert life is not None and life.spawn is not None and self._proc_mesh is not None
+        procs = list(self._members())
+        for base in bases:
+            if runtime.is_lost(procs[base]):
+                procs[base] = await self._replacement_proc(base, runtime)
+        life.procs = procs
+        record = life.spawn
+        for index, base in enumerate(self._shape.ranks()):
+            if base not in bases:
+                continue
+            _agent_of(procs[base]).spawn.broadcast(
+                self._mesh_id,
+                self._name,
+                record.blob,
+                record.creator,
+                record.owner,
+                self._proc_mesh,
+                self._shape.point(index),
+            )
+
+    async def _replacement_proc(self, base: int, runtime: Runtime) -> str:
+        proc_mesh = self._proc_mesh
+        assert proc_mesh is not None
+        mesh_id = runtime.new_id()
+        await proc_mesh.host_of(base)._agents().spawn_procs.call(mesh_id, 1, self._name)
+        return f"{mesh_id}.0"
 
     def __repr__(self) -> str:
         return f"<ActorMesh {self._name} {self.sizes}>"
@@ -339,7 +461,14 @@ class ActorMesh(_Mesh, Generic[T]):
     def __reduce__(self) -> tuple[Any, ...]:
         return (
             ActorMesh,
-            (self._mesh_id, self._name, self._endpoints, self._procs, self._shape, self._proc_mesh),
+            (
+                self._mesh_id,
+                self._name,
+                self._endpoints,
+                self._members(),
+                self._shape,
+                self._proc_mesh,
+            ),
         )
 
 
@@ -355,7 +484,14 @@ def _proc_agents(mesh: _Mesh) -> ActorMesh[Any]:
     """The proc agents of the procs under ``mesh``, shaped like it."""
     from danaus.core.agents import PROC_AGENT, ProcAgent
 
-    return ActorMesh(PROC_AGENT, "agents", endpoints_of(ProcAgent), mesh._procs, mesh._shape)
+    return ActorMesh(PROC_AGENT, "agents", endpoints_of(ProcAgent), mesh._members(), mesh._shape)
+
+
+def _agent_of(proc: str) -> ActorMesh[Any]:
+    """The agent of one proc."""
+    from danaus.core.agents import PROC_AGENT, ProcAgent
+
+    return ActorMesh(PROC_AGENT, "agents", endpoints_of(ProcAgent), (proc,), Shape.unity())
 
 
 _RESERVED = frozenset(name for name in dir(ActorMesh) if not name.startswith("_"))

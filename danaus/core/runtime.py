@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -19,9 +20,11 @@ from danaus.core.errors import MeshStoppedError, SupervisionError
 from danaus.core.future import Future, transfer_outcome
 from danaus.core.instance import Instance
 from danaus.core.ports import PortHandler
-from danaus.core.serialize import Buffer, dumps, nbytes
+from danaus.core.serialize import Buffer, dumps, loads, nbytes
 from danaus.core.shape import Shape
-from danaus.core.wire import Call, FrameError, PortRef, Reply, decode, encode
+from danaus.core.supervision import MeshFailure
+from danaus.core.supervisor import Supervisor
+from danaus.core.wire import Call, Fail, FrameError, PortRef, Reply, decode, encode
 from danaus.transports.base import ProcLoss, Transport
 
 if TYPE_CHECKING:
@@ -62,7 +65,9 @@ class Runtime:
         self._lost: dict[str, ProcLoss] = {}
         self._watched: set[str] = set()
         self._ids = itertools.count(1)
+        self.pid: int | None = None
         self.client = Instance.client(self)
+        self.supervisor = Supervisor(self)
 
     def start(self, system_actors: dict[str, Actor] | None = None) -> None:
         """Host the system actors and begin receiving."""
@@ -120,9 +125,8 @@ class Runtime:
                 method=method,
                 bytes=size,
             )
-            if reply is not None and proc not in self._watched:
-                self._watched.add(proc)
-                self.transport.watch(proc)
+            if reply is not None:
+                self.watch(proc)
             self.transport.send(proc, encode(envelope, payload))
 
     def send_reply(
@@ -142,6 +146,39 @@ class Runtime:
         self.transport.send(
             port.proc, encode(Reply(port.port, rank, error, sender.actor_id, seq), payload)
         )
+
+    def send_failure(self, sender: Instance, owner: tuple[str, str], failure: MeshFailure) -> None:
+        """Tell the owner of ``sender``'s mesh that ``sender`` failed."""
+        proc, key = owner
+        seq = sender.next_seq()
+        self.trace.record("send", self.proc_id, src=sender.actor_id, seq=seq, dst=proc, failure=key)
+        self.transport.send(proc, encode(Fail(key, sender.actor_id, seq), dumps(failure)))
+
+    def watch(self, proc: str) -> None:
+        """Be told (through the supervisor and pending calls) when ``proc`` is lost.
+
+        If it is lost already, calls waiting on it fail now.
+        """
+        if proc in self._lost:
+            self.on_loop(self._fail_pending, self._lost[proc])
+        elif proc not in self._watched:
+            self._watched.add(proc)
+            self.transport.watch(proc)
+
+    def is_lost(self, proc: str) -> bool:
+        return proc in self._lost
+
+    def unhandled(self, failure: MeshFailure) -> None:
+        """A failure reached the root: ``danaus.unhandled_fault_hook`` decides (exactly once)."""
+        hook = sys.modules["danaus"].unhandled_fault_hook
+        self.trace.record("unhandled", self.proc_id, mesh=failure.mesh_id, cause=failure.cause)
+        try:
+            hook(failure)
+        except SystemExit as exit_:
+            self.world.abort(exit_.code if isinstance(exit_.code, int) else 1)
+        except BaseException:
+            log.exception("unhandled_fault_hook raised; the controller exits")
+            self.world.abort(1)
 
     def reply_error(self, call: Call, exc: BaseException, sender: Instance | None = None) -> None:
         """Answer ``call`` with ``exc`` if it expects an answer."""
@@ -164,6 +201,7 @@ class Runtime:
     def add_actor(self, instance: Instance) -> None:
         """Host ``instance`` and hand it the messages that arrived before it."""
         self._actors[instance.key] = instance
+        self._gone.pop(instance.key, None)
         for call, payload in self._held.pop(instance.key, ()):
             instance.post(call, payload)
 
@@ -184,19 +222,21 @@ class Runtime:
         except FrameError as exc:
             log.error("proc %s rejected a message from %s: %s", self.proc_id, src, exc)
             return
-        self.trace.record(
-            "recv",
-            self.proc_id,
-            src=envelope.sender,
-            seq=envelope.seq,
-            **(
-                {"actor": envelope.actor} if isinstance(envelope, Call) else {"port": envelope.port}
-            ),
-        )
         if isinstance(envelope, Call):
+            self.trace.record(
+                "recv", self.proc_id, src=envelope.sender, seq=envelope.seq, actor=envelope.actor
+            )
             self._route_call(envelope, payload)
-        else:
+        elif isinstance(envelope, Reply):
+            self.trace.record(
+                "recv", self.proc_id, src=envelope.sender, seq=envelope.seq, port=envelope.port
+            )
             self._route_reply(envelope, payload)
+        else:
+            self.trace.record(
+                "recv", self.proc_id, src=envelope.sender, seq=envelope.seq, failure=envelope.owner
+            )
+            self._route_failure(payload)
 
     def _route_call(self, call: Call, payload: list[Buffer]) -> None:
         instance = self._actors.get(call.actor)
@@ -212,21 +252,35 @@ class Runtime:
         if handler is not None:
             handler.deliver(reply.rank, payload, reply.error)
 
+    def _route_failure(self, payload: list[Buffer]) -> None:
+        try:
+            failure = loads(payload)
+        except Exception as exc:
+            log.error("proc %s could not read a failure report: %r", self.proc_id, exc)
+            return
+        if isinstance(failure, MeshFailure):
+            self.supervisor.on_failure(failure)
+
     def _on_loss(self, loss: ProcLoss) -> None:
         if loss.proc in self._lost:
             return
         self._lost[loss.proc] = loss
         self.trace.record("lost", self.proc_id, peer=loss.proc, reason=loss.reason)
-        error = SupervisionError(f"{loss.describe()}", failure=loss)
+        self._fail_pending(loss)
+        self.supervisor.on_loss(loss)
+
+    def _fail_pending(self, loss: ProcLoss) -> None:
+        """Every reply still expected from ``loss.proc`` becomes a `SupervisionError`."""
+        error = SupervisionError(loss.describe(), failure=loss)
         for handler in list(self._ports.values()):
             handler.lost(loss.proc, error)
 
     # ---- shutdown ------------------------------------------------------------------
 
-    async def stop_actors(self, keys: Sequence[str] | None = None) -> None:
-        """Stop the given actors (default: all user actors) gracefully."""
+    async def stop_actors(self, keys: Sequence[str] | None, timeout: float | None) -> None:
+        """Stop the given actors (None: all user actors) gracefully, within ``timeout``."""
         targets = [a for a in self.actors() if keys is None or a.key in keys]
-        await asyncio.gather(*(a.stop() for a in targets))
+        await asyncio.gather(*(a.stop(timeout) for a in targets))
 
     def close(self) -> None:
         for instance in list(self._actors.values()):

@@ -65,7 +65,18 @@ class Reply(msgspec.Struct, tag="reply", array_like=True):
             raise FrameError("reply: negative rank")
 
 
-Envelope = Call | Reply
+class Fail(msgspec.Struct, tag="fail", array_like=True):
+    """A member of a mesh owned by actor ``owner`` of the receiving proc failed (payload: why)."""
+
+    owner: str
+    sender: str
+    seq: int
+
+    def validate(self) -> None:
+        pass
+
+
+Envelope = Call | Reply | Fail
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Envelope)

@@ -17,10 +17,11 @@ Core code talks only to these classes. A transport package
 from __future__ import annotations
 
 import asyncio
+import random
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, overload
 
 if TYPE_CHECKING:
     from danaus.core.runtime import Runtime
@@ -190,6 +191,9 @@ class SyncRunner(ABC):
         """Release what the runner holds once its actor is gone."""
 
 
+Fault = Literal["crash", "pause", "resume"]
+
+
 class World(ABC):
     """Everything one OS process needs to run procs on a transport."""
 
@@ -197,6 +201,8 @@ class World(ABC):
     loop: asyncio.AbstractEventLoop
     trace: Trace
     launcher: Launcher
+    random: random.Random
+    """Randomness for the runtime (restart jitter): seeded where runs must replay."""
     deterministic: bool = False
 
     @property
@@ -215,3 +221,15 @@ class World(ABC):
     @abstractmethod
     def shutdown(self) -> None:
         """Stop every mesh and proc this process started, then close."""
+
+    @abstractmethod
+    def exit_proc(self, runtime: Runtime, code: int) -> None:
+        """User code in ``runtime``'s proc called ``sys.exit(code)``: end that proc."""
+
+    @abstractmethod
+    def abort(self, status: int) -> NoReturn:
+        """End the controller now with ``status``, taking down every proc it started."""
+
+    @abstractmethod
+    def inject(self, fault: Fault, proc: str) -> None:
+        """Crash, pause or resume ``proc`` as a real fault would (thread-safe)."""

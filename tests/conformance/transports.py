@@ -42,5 +42,5 @@ def available() -> list[Transport]:
     """The transports this machine can run, simulator first."""
     return [
         Transport("sim", _run_sim, real=False),
-        Transport("tcp", _runner("tcp"), real=True),
+        Transport("tcp", _runner("tcp", heartbeat_interval=0.2, heartbeat_timeout=1.5), real=True),
     ]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -43,6 +43,7 @@ class NetworkModel:
     per_message: float = 1e-6
     spawn_time: float = 0.05
     detect_crash: float = 1e-3
+    heartbeat_timeout: float = 3.0
 
 
 class _Queue:
@@ -79,6 +80,9 @@ class SimTransport(Transport):
         self.state = "booting"
         self.on_frames: FrameHandler | None = None
         self.on_loss: LossHandler | None = None
+        self.pauses = 0
+        self.held_in: list[tuple[str, list[Buffer]]] = []
+        self.held_out: list[tuple[str, list[Buffer]]] = []
 
     def start(self, on_frames: FrameHandler, on_loss: LossHandler) -> None:
         self.on_frames = on_frames
@@ -116,6 +120,7 @@ class SimNetwork:
         self._last_arrival: dict[tuple[str, str], float] = {}
         self._watchers: dict[str, dict[str, None]] = {}
         self._losses: dict[str, ProcLoss] = {}
+        self.on_silent: Callable[[str], None] | None = None
 
     def add_host(self, name: str) -> None:
         self.hosts[name] = _Host(name)
@@ -143,6 +148,39 @@ class SimNetwork:
         for watcher in self._watchers.pop(proc, {}):
             self._notify(watcher, loss)
 
+    def pause(self, proc: str) -> None:
+        """``proc`` stops answering: nothing in or out until resumed.
+
+        Like a process under SIGSTOP, it is declared lost (and killed) once it has
+        been silent for the model's ``heartbeat_timeout``.
+        """
+        endpoint = self.endpoints.get(proc)
+        if endpoint is None or endpoint.state != "up":
+            return
+        endpoint.state = "paused"
+        endpoint.pauses += 1
+        episode = endpoint.pauses
+        self.trace.record("pause", proc)
+
+        def silent(_: object) -> None:
+            if endpoint.state == "paused" and endpoint.pauses == episode and self.on_silent:
+                self.on_silent(proc)
+
+        self.env.timeout(self.model.heartbeat_timeout).callbacks.append(silent)
+
+    def resume(self, proc: str) -> None:
+        endpoint = self.endpoints.get(proc)
+        if endpoint is None or endpoint.state != "paused":
+            return
+        endpoint.state = "up"
+        self.trace.record("resume", proc)
+        held_in, endpoint.held_in = endpoint.held_in, []
+        held_out, endpoint.held_out = endpoint.held_out, []
+        for dst, frames in held_out:
+            self.transmit(proc, dst, frames)
+        for src, frames in held_in:
+            self._arrive(src, proc, frames, None)
+
     def watch(self, watcher: str, proc: str) -> None:
         loss = self._losses.get(proc)
         if loss is not None:
@@ -159,6 +197,10 @@ class SimNetwork:
 
     def transmit(self, src: str, dst: str, frames: Sequence[Buffer]) -> None:
         copied = [f if isinstance(f, bytes) else bytearray(f) for f in frames]
+        sender = self.endpoints[src]
+        if sender.state == "paused":
+            sender.held_out.append((dst, copied))
+            return
         endpoint = self.endpoints.get(dst)
         if endpoint is None or endpoint.state == "booting":
             self._waiting.setdefault(dst, []).append((src, copied))
@@ -194,5 +236,7 @@ class SimNetwork:
         # Runs inside the loop's select (see loop.py), on the loop thread: the
         # receive callback only routes the message and schedules whatever must run.
         endpoint = self.endpoints[dst]
-        if endpoint.state == "up" and endpoint.on_frames is not None:
+        if endpoint.state == "paused":
+            endpoint.held_in.append((src, frames))
+        elif endpoint.state == "up" and endpoint.on_frames is not None:
             endpoint.on_frames(src, frames)

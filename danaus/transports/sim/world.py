@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
+import signal
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
 import simpy
 
 from danaus.core import config
 from danaus.core.agents import HOST_AGENT, PROC_AGENT, HostAgent, ProcAgent
 from danaus.core.blocking import GreenletRunner
+from danaus.core.context import peek_context
 from danaus.core.runtime import Runtime, cancel_leftover_tasks
 from danaus.core.trace import Trace
-from danaus.transports.base import Launcher, NumberedNames, ProcSpec, SyncRunner, World
+from danaus.transports.base import Fault, Launcher, NumberedNames, ProcSpec, SyncRunner, World
 from danaus.transports.sim.loop import VirtualTimeLoop
 from danaus.transports.sim.network import NetworkModel, SimNetwork
 
@@ -66,15 +70,20 @@ class SimWorld(World):
             random.Random(self.rng.random()),
             self.trace,
         )
+        self.random = random.Random(self.rng.random())
+        self.network.on_silent = self._silent
+        self._aborted = False
+        self._real_exit = os._exit
+        os._exit = self._exit
         self.launcher = SimLauncher(self)
         self.procs: dict[str, Runtime] = {}
         self._runner = GreenletRunner()
         self._hosts = NumberedNames("h", hosts)
+        self._closed = False
         for host in self._hosts:
             self.network.add_host(host)
             self.boot(host, host, {HOST_AGENT: HostAgent})
         self._root = self.boot(ROOT, self._hosts[0])
-        self._closed = False
 
     @property
     def root(self) -> Runtime:
@@ -103,6 +112,42 @@ class SimWorld(World):
         if runtime is not None:
             runtime.close()
 
+    def crash(self, proc: str, reason: str, **details: Any) -> None:
+        """``proc`` dies at once: no cleanup, its watchers learn of it."""
+        if proc == ROOT:
+            raise RuntimeError("the simulated controller cannot crash; end the program instead")
+        self.network.down(proc, reason, **details)
+        self.halt(proc)
+
+    def inject(self, fault: Fault, proc: str) -> None:
+        if fault == "crash":
+            self.crash(proc, "was killed", signal=signal.SIGKILL)
+        elif fault == "pause":
+            self.network.pause(proc)
+        elif fault == "resume":
+            self.network.resume(proc)
+        else:
+            raise ValueError(f"unknown fault {fault!r}")
+
+    def _silent(self, proc: str) -> None:
+        timeout = self.network.model.heartbeat_timeout
+        self.crash(proc, f"stopped answering heartbeats for {timeout:g} s", signal=signal.SIGKILL)
+
+    def exit_proc(self, runtime: Runtime, code: int) -> None:
+        self.crash(runtime.proc_id, "exited", exit_code=code)
+
+    def abort(self, status: int) -> NoReturn:
+        self._aborted = True
+        raise SystemExit(status)
+
+    def _exit(self, code: int) -> None:
+        """``os._exit`` while this world runs: inside a simulated actor it ends only that proc."""
+        ctx = peek_context()
+        runtime = ctx.actor_instance._runtime if ctx is not None else None
+        if runtime is not None and runtime.world is self and runtime.proc_id != ROOT:
+            raise SystemExit(code)
+        self._real_exit(code)
+
     def finish_main(self) -> None:
         """``asyncio.run``'s main returned: stop everything, leaving the loop for it to close."""
         self.shutdown(close_loop=False)
@@ -115,13 +160,15 @@ class SimWorld(World):
         self._closed = True
         if self.loop.is_running():
             raise RuntimeError("shut the simulator down from outside its event loop")
-        try:
-            self.loop.run_until_complete(self._root.client.stop_owned())
-        except Exception:
-            log.exception("stopping the simulated meshes failed")
+        if not self._aborted:
+            try:
+                self.loop.run_until_complete(self._root.client.stop_owned())
+            except Exception:
+                log.exception("stopping the simulated meshes failed")
         for proc in list(self.procs):
             self.halt(proc)
         self.loop.run_until_complete(cancel_leftover_tasks())
         self.loop.before_close = None
+        os._exit = self._real_exit
         if close_loop:
             self.loop.close()

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import os
+import random
+import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import zmq
 
@@ -28,7 +32,7 @@ from danaus.core.runtime import Runtime, cancel_leftover_tasks
 from danaus.core.trace import Trace
 from danaus.launch.bootstrap import Bootstrap
 from danaus.launch.local import LocalLauncher
-from danaus.transports.base import SyncRunner, World
+from danaus.transports.base import Fault, SyncRunner, World
 from danaus.transports.tcp import control
 from danaus.transports.tcp.directory import Directory
 from danaus.transports.tcp.ioloop import IoLoop
@@ -69,6 +73,7 @@ class TcpWorld(World):
         self.heartbeat_interval = heartbeat_interval
         self.heartbeat_timeout = heartbeat_timeout
         self.trace = Trace(time.monotonic, enabled=False)
+        self.random = random.Random()
         self.io = IoLoop(f"danaus-io-{proc_id}")
         self.context = zmq.Context()
         self.loop = asyncio.SelectorEventLoop()
@@ -147,6 +152,7 @@ class TcpWorld(World):
 
     def _make_runtime(self, agents: dict[str, type]) -> Runtime:
         runtime = Runtime(self, self.proc_id, self.host, self.host_agent, self.transport)
+        runtime.pid = os.getpid()
         runtime.start({key: cls(runtime) for key, cls in agents.items()})
         return runtime
 
@@ -247,8 +253,33 @@ class TcpWorld(World):
             self._runtime.close()
         await cancel_leftover_tasks()
 
+    def exit_proc(self, runtime: Runtime, code: int) -> None:
+        _flush()
+        os._exit(code)
+
+    def abort(self, status: int) -> NoReturn:
+        """End the controller at once: kill every worker, then exit with ``status``."""
+        if self._loop_thread is not None:
+            self._stop_children()
+        _flush()
+        os._exit(status)
+
+    def inject(self, fault: Fault, proc: str) -> None:
+        signals = {"crash": signal.SIGKILL, "pause": signal.SIGSTOP, "resume": signal.SIGCONT}
+        if fault not in signals:
+            raise ValueError(f"unknown fault {fault!r}")
+        if self.directory is None:
+            raise RuntimeError("faults are injected from the controller")
+        self.io.call_soon(self.launcher.kill, proc, signals[fault])
+
     def __repr__(self) -> str:
         return f"<TcpWorld {self.proc_id} at {self.transport.address}>"
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
 
 
 def worker_main(boot: Bootstrap) -> None:

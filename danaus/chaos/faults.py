@@ -1,0 +1,35 @@
+"""Real faults, on any transport: crash, pause and resume the procs under a mesh.
+
+On ``sim`` they are simulated exactly (and deterministically); on real
+transports they are signals sent by the launcher (SIGKILL, SIGSTOP, SIGCONT).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from danaus.core.config import current_world
+from danaus.transports.base import Fault
+
+
+def _apply(fault: Fault, mesh: Any) -> list[str]:
+    procs = list(dict.fromkeys(proc for proc, _ in mesh._targets()))
+    world = current_world()
+    for proc in procs:
+        world.inject(fault, proc)
+    return procs
+
+
+def crash(mesh: Any) -> list[str]:
+    """Kill the procs of ``mesh`` (a slice, usually) at once, as SIGKILL would; their ids."""
+    return _apply("crash", mesh)
+
+
+def pause(mesh: Any) -> list[str]:
+    """Freeze the procs of ``mesh``, as SIGSTOP would: they stop answering heartbeats."""
+    return _apply("pause", mesh)
+
+
+def resume(mesh: Any) -> list[str]:
+    """Let paused procs of ``mesh`` run again (if they have not been declared lost)."""
+    return _apply("resume", mesh)

@@ -1,0 +1,38 @@
+"""Failures only a real process can have."""
+
+from __future__ import annotations
+
+import ctypes
+import signal
+
+import pytest
+
+import danaus
+from danaus import Actor, SupervisionError, endpoint, this_host
+from tests.conformance.test_supervision import record_root_failures
+
+
+class Crasher(Actor):
+    @endpoint
+    def segfault(self) -> None:
+        ctypes.string_at(0)
+
+    @endpoint
+    def ping(self) -> str:
+        return "pong"
+
+
+def test_segfault_is_a_supervised_failure(tcp):
+    tcp()
+    try:
+        failures = record_root_failures()
+        crashers = this_host().spawn_procs({"w": 2}).spawn("c", Crasher)
+        with pytest.raises(SupervisionError, match="signal 11"):
+            crashers.slice(w=0).segfault.call_one().get(timeout=30)
+        failure = failures.recv().get(timeout=30)
+        assert failure.signal == signal.SIGSEGV
+        assert dict(failure.rank) == {"w": 0}
+        assert failure.pid is not None
+        assert crashers.slice(w=1).ping.call_one().get(timeout=30) == "pong"
+    finally:
+        danaus.unhandled_fault_hook = danaus.core.supervision.default_unhandled_fault_hook
