@@ -1,5 +1,34 @@
-"""Fault injection and chaos testing."""
+"""Chaos testing: deterministic fault injection, many seeds, checkers, shrinking, replay.
 
+Write a `Scenario` (a workload and its invariants), then run it over many
+seeds with `run_seeds` or ``danaus chaos run PATH::Scenario --seeds 0:1000``.
+Each seed draws a fault plan; a failing seed prints its plan and a one-line
+replay command, and `shrink` reduces its plan to the fewest faults that still
+fail.
+"""
+
+from danaus.chaos.checkers import Violation
 from danaus.chaos.faults import crash, pause, resume
+from danaus.chaos.history import History
+from danaus.chaos.plan import KINDS, Fault, Plan, random_plan
+from danaus.chaos.runner import Outcome, run_scenario, run_seeds, shrink
+from danaus.chaos.scenario import Scenario
+from danaus.core.sites import InjectedFault
 
-__all__ = ["crash", "pause", "resume"]
+__all__ = [
+    "KINDS",
+    "Fault",
+    "History",
+    "InjectedFault",
+    "Outcome",
+    "Plan",
+    "Scenario",
+    "Violation",
+    "crash",
+    "pause",
+    "random_plan",
+    "resume",
+    "run_scenario",
+    "run_seeds",
+    "shrink",
+]

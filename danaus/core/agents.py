@@ -80,6 +80,18 @@ class ProcAgent(Actor):
     async def ping(self) -> None:
         return None
 
+    @endpoint
+    async def actors(self) -> list[tuple[str, str, int]]:
+        """The running user actors here: (mesh id, mesh name, rank)."""
+        return [
+            (a.key, a.name, a.rank.rank) for a in self._runtime.actors() if a.state == "running"
+        ]
+
+    @endpoint
+    async def trace_events(self) -> list[dict[str, Any]]:
+        """This proc's trace so far (empty where tracing is off)."""
+        return list(self._runtime.trace.events)
+
 
 class HostAgent(Actor):
     """Starts and stops procs on its host through the world's launcher."""

@@ -52,7 +52,12 @@ def configure(transport: str | None = None, **options: Any) -> None:
 def _module(name: str) -> Any:
     if name not in TRANSPORTS:
         raise ValueError(f"unknown transport {name!r}; choose one of {', '.join(TRANSPORTS)}")
-    return importlib.import_module(f"danaus.transports.{name}")
+    try:
+        return importlib.import_module(f"danaus.transports.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"danaus.transports.{name}":
+            raise
+        raise NotImplementedError(f"the {name!r} transport is not available yet") from None
 
 
 def current_world() -> World:

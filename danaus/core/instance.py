@@ -8,6 +8,7 @@ to the code running in the actor.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import logging
 import os
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from danaus.core import sites
 from danaus.core.actor import Actor, EndpointSpec, endpoints_of
 from danaus.core.context import NO_MESSAGE, Context, reset_context, set_context
 from danaus.core.errors import ActorError, MeshStoppedError, RemoteException, SupervisionError
@@ -35,13 +37,19 @@ if TYPE_CHECKING:
 log = logging.getLogger("danaus.actor")
 
 _DANAUS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_DISPATCH_DIRS = (
+    _DANAUS_DIR,
+    os.path.dirname(asyncio.__file__),
+    os.path.dirname(concurrent.futures.__file__),
+)
+"""Where the frames that dispatch a call to user code live (Danaus, asyncio, thread pools)."""
 
 
 def remote_traceback(exc: BaseException) -> str:
     """The traceback of ``exc`` from the first frame of user code (all of it if there is none)."""
     frames = traceback.extract_tb(exc.__traceback__)
     first_user = next(
-        (i for i, f in enumerate(frames) if not f.filename.startswith(_DANAUS_DIR)), 0
+        (i for i, f in enumerate(frames) if not f.filename.startswith(_DISPATCH_DIRS)), 0
     )
     frames = frames[first_user:]
     lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames)]
@@ -141,6 +149,7 @@ class Instance:
         self.owned: list[Any] = []
         self._choices: dict[str, int] = {}
         self._failure: MeshFailure | None = None
+        self._running: Call | None = None
 
     @classmethod
     def client(cls, runtime: Runtime) -> Instance:
@@ -180,7 +189,15 @@ class Instance:
         instance.state = "starting"
         instance._start(blob)
         runtime.add_actor(instance)
-        runtime.trace.record("spawn", runtime.proc_id, actor=instance.actor_id)
+        runtime.trace.record(
+            "spawn",
+            runtime.proc_id,
+            actor=instance.actor_id,
+            mesh=mesh_id,
+            rank=rank.rank,
+            owner=owner[0],
+            creator=creator,
+        )
         return instance
 
     # ---- what code in the actor can see ------------------------------------------------
@@ -284,6 +301,8 @@ class Instance:
     async def _construct(self, blob: list[Buffer]) -> bool:
         token = set_context(self.context)
         try:
+            if sites.active is not None and (delay := sites.active.delay("spawn")):
+                await asyncio.sleep(delay)
             cls, args, kwargs = loads(blob)
             obj = cls.__new__(cls)
             self._adopt_object(obj)
@@ -298,12 +317,15 @@ class Instance:
         return True
 
     async def _handle(self, call: Call, payload: list[Buffer]) -> None:
+        self._running = call
         token = set_context(Context(self, Point(call.point, Extent.of(call.labels, call.sizes))))
         spec = self._endpoints.get(call.method)
         explicit = spec is not None and spec.explicit_response_port
         try:
             if spec is None:
                 raise AttributeError(f"{self.class_name} has no endpoint {call.method!r}")
+            if sites.active is not None and sites.active.should_raise(self.name, call.method):
+                raise sites.InjectedFault(f"fault injected at {self.name}.{call.method}")
             args, kwargs = loads(payload)
             if explicit:
                 args = (Port(call.reply, call.point), *args)
@@ -321,6 +343,8 @@ class Instance:
                 self._runtime.reply_error(call, self._failure_error(), self)
         else:
             if call.reply is not None and not explicit:
+                if sites.active is not None and (delay := sites.active.delay("reply")):
+                    await asyncio.sleep(delay)
                 try:
                     frames = dumps(result, f"result of {self.class_name}.{call.method}")
                 except TypeError as exc:
@@ -329,6 +353,7 @@ class Instance:
                     error = False
                 self._runtime.send_reply(self, call.reply, call.point, frames, error)
         finally:
+            self._running = None
             reset_context(token)
 
     async def _supervise(self, failure: MeshFailure) -> None:
@@ -341,13 +366,13 @@ class Instance:
                 handled = await self._invoke(
                     partial(hook, failure), asyncio.iscoroutinefunction(hook)
                 )
+            if not handled:
+                cause = "a mesh it owns failed and __supervise__ did not handle it"
+                self._fail(cause, chained=failure)
         except Exception as exc:
             self._fail(f"__supervise__ raised {_describe(exc)}", exc, chained=failure)
-            return
         finally:
             reset_context(token)
-        if not handled:
-            self._fail("a mesh it owns failed and __supervise__ did not handle it", chained=failure)
 
     # ---- ending ---------------------------------------------------------------------
 
@@ -360,6 +385,7 @@ class Instance:
         """The actor dies: queued messages get `SupervisionError`, its owner is told."""
         if self.state in ("failed", "stopped"):
             return
+        constructed = self.state != "starting"
         self.state = "failed"
         tb = remote_traceback(exc) if exc is not None else None
         self._failure = MeshFailure(
@@ -380,8 +406,15 @@ class Instance:
         self._runtime.retire(self, self._failure_error())
         if self.owner is not None:
             self._runtime.send_failure(self, self.owner, self._failure)
-        if self.owned:
-            self._runtime.loop.create_task(self.stop_owned())
+        self._runtime.loop.create_task(self._end_failed(exc, constructed))
+
+    async def _end_failed(self, exc: BaseException | None, constructed: bool) -> None:
+        """After a failure: the meshes it owns stop, then ``__cleanup__(exc)`` if it was built."""
+        await self.stop_owned()
+        if constructed:
+            await self._cleanup(
+                exc or SupervisionError(self._failure.cause if self._failure else "")
+            )
         self._release()
 
     def _drain(self, error: BaseException) -> None:
@@ -419,26 +452,33 @@ class Instance:
         while self.owned:
             await self.owned.pop()._stop_as_owner()
 
+    async def _cleanup(self, exc: BaseException | None) -> None:
+        cleanup = getattr(self._obj, "__cleanup__", None)
+        if cleanup is None:
+            return
+        token = set_context(self.context)
+        try:
+            await self._invoke(partial(cleanup, exc), asyncio.iscoroutinefunction(cleanup))
+        except Exception:
+            log.exception("__cleanup__ of %s raised", self.actor_id)
+        finally:
+            reset_context(token)
+
     async def _finish(self) -> None:
         await self.stop_owned()
-        cleanup = getattr(self._obj, "__cleanup__", None)
-        if cleanup is not None:
-            token = set_context(self.context)
-            try:
-                await self._invoke(partial(cleanup, None), asyncio.iscoroutinefunction(cleanup))
-            except Exception:
-                log.exception("__cleanup__ of %s raised", self.actor_id)
-            finally:
-                reset_context(token)
+        await self._cleanup(None)
         self.state = "stopped"
         self._runtime.trace.record("stop", self._runtime.proc_id, actor=self.actor_id)
         self._runtime.retire(self, MeshStoppedError(f"actor {self.actor_id} was stopped"))
         self._release()
 
     def abandon(self, reason: BaseException) -> None:
-        """End at once, without cleanup (the proc is going away)."""
+        """End at once, without cleanup; the call it was running is answered with ``reason``."""
         if self._task is not None and not self._task.done():
             self._task.cancel()
+        if self._running is not None:
+            self._runtime.reply_error(self._running, reason, self)
+            self._running = None
         if self._mailbox is not None:
             self._drain(reason)
         if self.state != "failed":

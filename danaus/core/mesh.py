@@ -55,6 +55,7 @@ class _Lifecycle:
         "owner",
         "policy",
         "procs",
+        "replacements",
         "spawn",
         "stopped",
     )
@@ -70,6 +71,7 @@ class _Lifecycle:
         self.procs: list[str] | None = None
         self.spawn: _SpawnRecord | None = None
         self.policy: RestartPolicy | None = None
+        self.replacements: list[ProcMesh] = []
 
     def end(self) -> None:
         """Stopped along with the procs it lived on: refuse messages, leave the owner's list."""
@@ -347,6 +349,8 @@ class ProcMesh(_Mesh):
         with contextlib.suppress(SupervisionError):
             await _proc_agents(self).stop_all.call(timeout)
         await self._host_mesh._agents().stop_procs.call(self._mesh_id, timeout)
+        for replacement in self._life.replacements:
+            await replacement._stop_as_owner()
 
     def __repr__(self) -> str:
         return f"<ProcMesh {self._mesh_id} {self.sizes}>"
@@ -423,7 +427,7 @@ class ActorMesh(_Mesh, Generic[T]):
         procs = self._members()
         for base in bases:
             with contextlib.suppress(SupervisionError):
-                await _agent_of(procs[base]).stop_actor.call(self._mesh_id, STOP_TIMEOUT)
+                await agent_of(procs[base]).stop_actor.call(self._mesh_id, STOP_TIMEOUT)
 
     async def _respawn(self, bases: list[int], runtime: Runtime) -> None:
         """Spawn the members at these positions again; those whose proc died get a new proc."""
@@ -432,13 +436,13 @@ class ActorMesh(_Mesh, Generic[T]):
         procs = list(self._members())
         for base in bases:
             if runtime.is_lost(procs[base]):
-                procs[base] = await self._replacement_proc(base, runtime)
+                procs[base] = await self._replacement_proc(base)
         life.procs = procs
         record = life.spawn
         for index, base in enumerate(self._shape.ranks()):
             if base not in bases:
                 continue
-            _agent_of(procs[base]).spawn.broadcast(
+            agent_of(procs[base]).spawn.broadcast(
                 self._mesh_id,
                 self._name,
                 record.blob,
@@ -448,12 +452,15 @@ class ActorMesh(_Mesh, Generic[T]):
                 self._shape.point(index),
             )
 
-    async def _replacement_proc(self, base: int, runtime: Runtime) -> str:
+    async def _replacement_proc(self, base: int) -> str:
+        """A new proc on the dead one's host, owned by the caller; it stops with the old mesh."""
         proc_mesh = self._proc_mesh
         assert proc_mesh is not None
-        mesh_id = runtime.new_id()
-        await proc_mesh.host_of(base)._agents().spawn_procs.call(mesh_id, 1, self._name)
-        return f"{mesh_id}.0"
+        replacement = proc_mesh.host_of(base).spawn_procs(name=self._name)
+        if proc_mesh._life is not None:
+            proc_mesh._life.replacements.append(replacement)
+        await replacement.initialized
+        return replacement._members()[0]
 
     def __repr__(self) -> str:
         return f"<ActorMesh {self._name} {self.sizes}>"
@@ -487,7 +494,7 @@ def _proc_agents(mesh: _Mesh) -> ActorMesh[Any]:
     return ActorMesh(PROC_AGENT, "agents", endpoints_of(ProcAgent), mesh._members(), mesh._shape)
 
 
-def _agent_of(proc: str) -> ActorMesh[Any]:
+def agent_of(proc: str) -> ActorMesh[Any]:
     """The agent of one proc."""
     from danaus.core.agents import PROC_AGENT, ProcAgent
 

@@ -2,7 +2,9 @@
 
 ``dumps`` returns a list of frames: the pickle stream first, then one frame per
 large buffer (numpy arrays, CPU torch tensors, big bytes/bytearray/memoryview),
-which a transport can send without copying. Classes and functions defined in
+which a transport can send without copying. Received numpy arrays, tensors and
+memoryviews use the frame's memory as is; bytes and bytearray, which own their
+memory, are copied once on arrival. Classes and functions defined in
 ``__main__``, in test modules or in notebooks travel by value (cloudpickle), so
 they work in worker processes that cannot import them.
 """
@@ -70,14 +72,48 @@ def _tensor_reduction(obj: Any) -> tuple[Any, ...] | None:
     )
 
 
+class _OutOfBand:
+    """Wraps a large bytes or bytearray so that it pickles out of band.
+
+    The C pickler writes bytes and bytearray itself, without asking
+    ``reducer_override``; wrapping them first is the only way to keep them out of
+    the pickle stream.
+    """
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes | bytearray) -> None:
+        self.data = data
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        rebuild = _rebuild_bytes if type(self.data) is bytes else _rebuild_bytearray
+        return (rebuild, (pickle.PickleBuffer(self.data),))
+
+
+def _lift(obj: Any, depth: int = 3) -> Any:
+    """``obj`` with large bytes and bytearrays (in tuples, lists and dicts) wrapped out of band."""
+    kind = type(obj)
+    if kind is bytes or kind is bytearray:
+        return _OutOfBand(obj) if len(obj) >= OUT_OF_BAND_MIN else obj
+    if depth == 0:
+        return obj
+    if kind is tuple or kind is list:
+        items = [_lift(item, depth - 1) for item in obj]
+        if all(a is b for a, b in zip(items, obj)):
+            return obj
+        return kind(items)
+    if kind is dict:
+        values = {k: _lift(v, depth - 1) for k, v in obj.items()}
+        if all(values[k] is v for k, v in obj.items()):
+            return obj
+        return values
+    return obj
+
+
 class _Pickler(cloudpickle.Pickler):
     def reducer_override(self, obj: Any) -> Any:
         kind = type(obj)
-        if kind is bytes or kind is bytearray:
-            if len(obj) >= OUT_OF_BAND_MIN:
-                rebuild = _rebuild_bytes if kind is bytes else _rebuild_bytearray
-                return (rebuild, (pickle.PickleBuffer(obj),))
-        elif kind is memoryview:
+        if kind is memoryview:
             if obj.nbytes >= OUT_OF_BAND_MIN and obj.c_contiguous:
                 return (
                     _rebuild_memoryview,
@@ -95,7 +131,7 @@ def dumps(obj: Any, what: str = "value") -> list[Buffer]:
     buffers: list[pickle.PickleBuffer] = []
     stream = io.BytesIO()
     try:
-        _Pickler(stream, protocol=5, buffer_callback=buffers.append).dump(obj)
+        _Pickler(stream, protocol=5, buffer_callback=buffers.append).dump(_lift(obj))
     except Exception as exc:
         raise SerializationError(f"{what} cannot be pickled: {exc}") from exc
     return [stream.getvalue(), *(b.raw() for b in buffers)]

@@ -15,6 +15,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from danaus.core.context import set_context
 from danaus.core.supervision import MeshFailure, RestartBudget
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ class _Owned:
     owner: Instance
     mesh: ActorMesh[Any]
     budget: RestartBudget | None
+    restarting: bool = False
 
 
 class Supervisor:
@@ -52,7 +54,8 @@ class Supervisor:
 
     def release(self, mesh_id: str) -> None:
         """Stop watching a mesh (it is being stopped: what follows is not a failure)."""
-        self._owned.pop(mesh_id, None)
+        if self._owned.pop(mesh_id, None) is not None:
+            self.runtime.trace.record("release", self.runtime.proc_id, mesh=mesh_id)
 
     def on_loss(self, loss: ProcLoss) -> None:
         """A proc is gone: every member of an owned mesh that lived there failed."""
@@ -90,11 +93,19 @@ class Supervisor:
         life.failed[base] = failure
         failure.mesh = owned.mesh
         self.runtime.trace.record(
-            "failure", self.runtime.proc_id, mesh=failure.mesh_id, rank=base, cause=failure.cause
+            "failure",
+            self.runtime.proc_id,
+            mesh=failure.mesh_id,
+            rank=failure.rank.rank,
+            cause=failure.cause,
         )
         if owned.budget is not None and owned.owner.state == "running":
+            one_for_all = owned.budget.policy.strategy == "one_for_all"
+            if one_for_all and owned.restarting:
+                return
             delay = owned.budget.next_delay(self.runtime.loop.time(), self.runtime.world.random)
             if delay is not None:
+                owned.restarting = one_for_all
                 self.runtime.loop.create_task(self._restart(owned, base, delay))
                 return
         owned.owner.supervise(failure)
@@ -106,12 +117,14 @@ class Supervisor:
         await asyncio.sleep(delay)
         if life.stopped or owned.owner.state != "running":
             return
+        set_context(owned.owner.context)
         if life.policy.strategy == "one_for_all":
             ranks = mesh._shape.ranks()
             survivors = [r for r in ranks if r not in life.failed]
             await mesh._stop_ranks(survivors)
         else:
             ranks = [failed]
+        owned.restarting = False
         try:
             await mesh._respawn(ranks, self.runtime)
         except Exception as exc:
@@ -123,4 +136,9 @@ class Supervisor:
             self._reported.discard((mesh._mesh_id, base))
         for proc in dict.fromkeys(mesh._members()):
             self.runtime.watch(proc)
-        self.runtime.trace.record("restart", self.runtime.proc_id, mesh=mesh._mesh_id, ranks=ranks)
+        self.runtime.trace.record(
+            "restart",
+            self.runtime.proc_id,
+            mesh=mesh._mesh_id,
+            ranks=[i for i, base in enumerate(mesh._shape.ranks()) if base in ranks],
+        )

@@ -23,6 +23,8 @@ class Bootstrap(msgspec.Struct, frozen=True):
     parent_pid: int
     sys_path: list[str]
     cwd: str
+    trace: bool = False
+    bind_host: str = "127.0.0.1"
 
     def encode(self) -> bytes:
         return msgspec.msgpack.encode(self)

@@ -92,6 +92,8 @@ class LocalLauncher(Launcher):
             parent_pid=os.getpid(),
             sys_path=[p for p in sys.path if p],
             cwd=os.getcwd(),
+            trace=world.trace.enabled,
+            bind_host=world.bind_host,
         )
         try:
             popen = subprocess.Popen(
@@ -134,6 +136,10 @@ class LocalLauncher(Launcher):
     def kill_all(self) -> None:
         for proc in list(self._children):
             self.kill(proc)
+
+    def children(self) -> list[str]:
+        """The procs this launcher started that are still running."""
+        return list(self._children)
 
     def pid(self, proc: str) -> int | None:
         child = self._children.get(proc)

@@ -233,3 +233,7 @@ class World(ABC):
     @abstractmethod
     def inject(self, fault: Fault, proc: str) -> None:
         """Crash, pause or resume ``proc`` as a real fault would (thread-safe)."""
+
+    @abstractmethod
+    def worker_procs(self, host: str) -> list[str]:
+        """The live procs running user actors on ``host`` (a host agent id), in a stable order."""

@@ -25,6 +25,10 @@ class SimulationStalled(RuntimeError):
     """The simulated program waits for something that can never happen (a deadlock)."""
 
 
+class SimulationTimeLimit(RuntimeError):
+    """The simulation ran past its time limit (a livelock, or a workload that never ends)."""
+
+
 class _VirtualSelector:
     def __init__(self, loop: VirtualTimeLoop, env: simpy.Environment) -> None:
         self._loop = loop
@@ -35,6 +39,10 @@ class _VirtualSelector:
             return []
         env = self._env
         deadline = math.inf if timeout is None else env.now + timeout
+        limit = self._loop.time_limit
+        capped = deadline > limit
+        if capped:
+            deadline = limit
         while True:
             upcoming = env.peek()
             if upcoming == math.inf or upcoming > deadline:
@@ -42,6 +50,8 @@ class _VirtualSelector:
             env.step()
             if self._loop._ready:
                 return []
+        if capped:
+            raise SimulationTimeLimit(f"the simulation ran past its time limit of {limit:g} s")
         if deadline == math.inf:
             raise SimulationStalled(
                 "the simulation has nothing left to do but the program is still waiting: "
@@ -64,6 +74,7 @@ class VirtualTimeLoop(asyncio.BaseEventLoop):
         self._selector = _VirtualSelector(self, env)
         self.before_close: Callable[[], None] | None = None
         self.after_main: Callable[[], None] | None = None
+        self.time_limit = math.inf
 
     def run_until_complete(self, future: Any) -> Any:
         """Run until ``future`` is done; if it is ``asyncio.run``'s main, run ``after_main`` then.

@@ -12,6 +12,13 @@ Messages from one proc to another never overtake each other (every real
 transport here keeps per-pair order), and every message is copied at send
 time, as a real network would, so the receiver never shares the sender's
 memory.
+
+Faults change the model while they last: extra latency and jitter on a link,
+a link that holds its traffic (a clog, or one direction of a partition: TCP
+keeps retrying, so what was sent arrives once the link heals), a slower NIC,
+a slow proc. A proc cut off from the controller's host for longer than the
+heartbeat timeout is declared lost, as the controller's failure detector
+would declare it; so is a paused proc.
 """
 
 from __future__ import annotations
@@ -61,13 +68,27 @@ class _Queue:
 
 
 class _Host:
-    __slots__ = ("bus", "name", "rx", "tx")
+    __slots__ = ("bandwidth_factor", "bus", "name", "rx", "tx")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.tx = _Queue()
         self.rx = _Queue()
         self.bus = _Queue()
+        self.bandwidth_factor = 1.0
+
+
+class _Link:
+    """The state of one direction between two hosts, while a fault changes it."""
+
+    __slots__ = ("extra_latency", "held", "holds", "jitter", "waiting")
+
+    def __init__(self) -> None:
+        self.extra_latency = 0.0
+        self.jitter = 0.0
+        self.held = False
+        self.holds = 0
+        self.waiting: list[tuple[str, str, list[Buffer]]] = []
 
 
 class SimTransport(Transport):
@@ -81,6 +102,7 @@ class SimTransport(Transport):
         self.on_frames: FrameHandler | None = None
         self.on_loss: LossHandler | None = None
         self.pauses = 0
+        self.slowness = 0.0
         self.held_in: list[tuple[str, list[Buffer]]] = []
         self.held_out: list[tuple[str, list[Buffer]]] = []
 
@@ -120,7 +142,9 @@ class SimNetwork:
         self._last_arrival: dict[tuple[str, str], float] = {}
         self._watchers: dict[str, dict[str, None]] = {}
         self._losses: dict[str, ProcLoss] = {}
+        self._links: dict[tuple[str, str], _Link] = {}
         self.on_silent: Callable[[str], None] | None = None
+        self.controller_host: str | None = None
 
     def add_host(self, name: str) -> None:
         self.hosts[name] = _Host(name)
@@ -181,6 +205,38 @@ class SimNetwork:
         for src, frames in held_in:
             self._arrive(src, proc, frames, None)
 
+    def link(self, src_host: str, dst_host: str) -> _Link:
+        return self._links.setdefault((src_host, dst_host), _Link())
+
+    def hold(self, src_host: str, dst_host: str) -> None:
+        """Traffic from ``src_host`` to ``dst_host`` waits until `release` (a clog or partition)."""
+        link = self.link(src_host, dst_host)
+        if link.held:
+            return
+        link.held = True
+        link.holds += 1
+        episode = link.holds
+        if self.controller_host in (src_host, dst_host) and src_host != dst_host:
+            far = dst_host if src_host == self.controller_host else src_host
+
+            def cut_off(_: object) -> None:
+                if link.held and link.holds == episode and self.on_silent is not None:
+                    for proc, endpoint in list(self.endpoints.items()):
+                        if endpoint.host == far and endpoint.state in ("up", "paused"):
+                            self.on_silent(proc)
+
+            self.env.timeout(self.model.heartbeat_timeout).callbacks.append(cut_off)
+
+    def release(self, src_host: str, dst_host: str) -> None:
+        link = self.link(src_host, dst_host)
+        if not link.held:
+            return
+        link.held = False
+        waiting, link.waiting = link.waiting, []
+        for src, dst, frames in waiting:
+            if src in self.endpoints and dst in self.endpoints:
+                self._schedule(src, dst, frames)
+
     def watch(self, watcher: str, proc: str) -> None:
         loss = self._losses.get(proc)
         if loss is not None:
@@ -201,6 +257,8 @@ class SimNetwork:
         if sender.state == "paused":
             sender.held_out.append((dst, copied))
             return
+        if sender.state == "down":
+            return
         endpoint = self.endpoints.get(dst)
         if endpoint is None or endpoint.state == "booting":
             self._waiting.setdefault(dst, []).append((src, copied))
@@ -213,17 +271,28 @@ class SimNetwork:
         model = self.model
         now = self.env.now
         size = sum(len(f) for f in frames)
-        src_host = self.hosts[self.endpoints[src].host]
-        dst_host = self.hosts[self.endpoints[dst].host]
+        sender, receiver = self.endpoints[src], self.endpoints[dst]
+        src_host, dst_host = self.hosts[sender.host], self.hosts[receiver.host]
         if src_host is dst_host:
             done = src_host.bus.serve(now, model.per_message + size / model.local_bandwidth)
             arrival = done + model.local_latency
         else:
-            done = src_host.tx.serve(now, model.per_message + size / model.bandwidth)
+            link = self._links.get((src_host.name, dst_host.name))
+            if link is not None and link.held:
+                link.waiting.append((src, dst, frames))
+                return
+            bandwidth = model.bandwidth * src_host.bandwidth_factor
+            done = src_host.tx.serve(now, model.per_message + size / bandwidth)
             delay = model.latency
             if model.jitter > 0:
                 delay += self.rng.expovariate(1.0 / model.jitter)
-            arrival = dst_host.rx.serve(done + delay, size / model.bandwidth)
+            if link is not None:
+                delay += link.extra_latency
+                if link.jitter > 0:
+                    delay += self.rng.expovariate(1.0 / link.jitter)
+            bandwidth = model.bandwidth * dst_host.bandwidth_factor
+            arrival = dst_host.rx.serve(done + delay, size / bandwidth)
+        arrival += sender.slowness + receiver.slowness
         pair = (src, dst)
         last = self._last_arrival.get(pair, 0.0)
         if arrival < last:

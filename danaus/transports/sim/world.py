@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import random
 import signal
+import weakref
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -16,6 +18,7 @@ from danaus.core import config
 from danaus.core.agents import HOST_AGENT, PROC_AGENT, HostAgent, ProcAgent
 from danaus.core.blocking import GreenletRunner
 from danaus.core.context import peek_context
+from danaus.core.mesh import STOP_TIMEOUT
 from danaus.core.runtime import Runtime, cancel_leftover_tasks
 from danaus.core.trace import Trace
 from danaus.transports.base import Fault, Launcher, NumberedNames, ProcSpec, SyncRunner, World
@@ -25,6 +28,8 @@ from danaus.transports.sim.network import NetworkModel, SimNetwork
 log = logging.getLogger("danaus.sim")
 
 ROOT = "root"
+SHUTDOWN_TIME = 3 * STOP_TIMEOUT
+"""Simulated seconds a shutdown may spend stopping meshes gracefully before it halts them."""
 
 
 class SimLauncher(Launcher):
@@ -77,13 +82,17 @@ class SimWorld(World):
         os._exit = self._exit
         self.launcher = SimLauncher(self)
         self.procs: dict[str, Runtime] = {}
+        self._tasks: dict[str, weakref.WeakSet[asyncio.Task[Any]]] = {}
+        self.loop.set_task_factory(self._make_task)
         self._runner = GreenletRunner()
         self._hosts = NumberedNames("h", hosts)
+        self._hosts_set = frozenset(self._hosts)
         self._closed = False
         for host in self._hosts:
             self.network.add_host(host)
             self.boot(host, host, {HOST_AGENT: HostAgent})
         self._root = self.boot(ROOT, self._hosts[0])
+        self.network.controller_host = self._hosts[0]
 
     @property
     def root(self) -> Runtime:
@@ -113,11 +122,22 @@ class SimWorld(World):
             runtime.close()
 
     def crash(self, proc: str, reason: str, **details: Any) -> None:
-        """``proc`` dies at once: no cleanup, its watchers learn of it."""
+        """``proc`` dies at once: no cleanup, all its tasks end, its watchers learn of it."""
         if proc == ROOT:
             raise RuntimeError("the simulated controller cannot crash; end the program instead")
         self.network.down(proc, reason, **details)
         self.halt(proc)
+        for task in list(self._tasks.pop(proc, ())):
+            task.cancel()
+
+    def _make_task(self, loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> Any:
+        """Every task remembers the proc whose code started it, so a crash can end them all."""
+        task = asyncio.Task(coro, loop=loop, **kwargs)
+        ctx = peek_context()
+        if ctx is not None:
+            proc = ctx.actor_instance._runtime.proc_id
+            self._tasks.setdefault(proc, weakref.WeakSet()).add(task)
+        return task
 
     def inject(self, fault: Fault, proc: str) -> None:
         if fault == "crash":
@@ -129,9 +149,22 @@ class SimWorld(World):
         else:
             raise ValueError(f"unknown fault {fault!r}")
 
+    def worker_procs(self, host: str) -> list[str]:
+        return sorted(
+            proc
+            for proc, endpoint in self.network.endpoints.items()
+            if endpoint.host == host
+            and endpoint.state in ("up", "paused")
+            and proc != ROOT
+            and proc not in self._hosts_set
+        )
+
     def _silent(self, proc: str) -> None:
+        """The failure detector gave up on ``proc``: declare it lost and kill it."""
+        if proc == ROOT or proc in self._hosts_set:
+            return
         timeout = self.network.model.heartbeat_timeout
-        self.crash(proc, f"stopped answering heartbeats for {timeout:g} s", signal=signal.SIGKILL)
+        self.crash(proc, f"stopped answering heartbeats for {timeout:g} s")
 
     def exit_proc(self, runtime: Runtime, code: int) -> None:
         self.crash(runtime.proc_id, "exited", exit_code=code)
@@ -158,6 +191,7 @@ class SimWorld(World):
         if self._closed:
             return
         self._closed = True
+        self.loop.time_limit = self.env.now + SHUTDOWN_TIME
         if self.loop.is_running():
             raise RuntimeError("shut the simulator down from outside its event loop")
         if not self._aborted:
@@ -167,6 +201,7 @@ class SimWorld(World):
                 log.exception("stopping the simulated meshes failed")
         for proc in list(self.procs):
             self.halt(proc)
+        self.loop.time_limit = math.inf
         self.loop.run_until_complete(cancel_leftover_tasks())
         self.loop.before_close = None
         os._exit = self._real_exit

@@ -13,6 +13,7 @@ def configured(
     heartbeat_interval: float = HEARTBEAT_INTERVAL,
     heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
     bind_host: str = "127.0.0.1",
+    trace: bool = False,
 ) -> None:
     """Check the options of ``configure(transport="tcp", ...)``."""
     if heartbeat_interval <= 0 or heartbeat_timeout <= heartbeat_interval:

@@ -63,6 +63,7 @@ class TcpWorld(World):
         heartbeat_timeout: float,
         controller_address: str | None = None,
         bind_host: str = "127.0.0.1",
+        trace: bool = False,
     ) -> None:
         if heartbeat_interval <= 0 or heartbeat_timeout <= heartbeat_interval:
             raise ValueError("need 0 < heartbeat_interval < heartbeat_timeout")
@@ -70,9 +71,10 @@ class TcpWorld(World):
         self.host = host
         self.host_agent = host_agent
         self.keys = keys
+        self.bind_host = bind_host
         self.heartbeat_interval = heartbeat_interval
         self.heartbeat_timeout = heartbeat_timeout
-        self.trace = Trace(time.monotonic, enabled=False)
+        self.trace = Trace(time.monotonic, enabled=trace)
         self.random = random.Random()
         self.io = IoLoop(f"danaus-io-{proc_id}")
         self.context = zmq.Context()
@@ -103,6 +105,7 @@ class TcpWorld(World):
         heartbeat_interval: float = HEARTBEAT_INTERVAL,
         heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
         bind_host: str = "127.0.0.1",
+        trace: bool = False,
     ) -> TcpWorld:
         """The controller's world: the root proc, the directory, and this host's agent."""
         world = cls(
@@ -113,6 +116,7 @@ class TcpWorld(World):
             heartbeat_interval=heartbeat_interval,
             heartbeat_timeout=heartbeat_timeout,
             bind_host=bind_host,
+            trace=trace,
         )
         world.directory = Directory(
             ROOT,
@@ -145,6 +149,8 @@ class TcpWorld(World):
             heartbeat_interval=boot.heartbeat_interval,
             heartbeat_timeout=boot.heartbeat_timeout,
             controller_address=boot.controller,
+            trace=boot.trace,
+            bind_host=boot.bind_host,
         )
         world.transport.on_control = world._worker_control
         world.io.start()
@@ -271,6 +277,9 @@ class TcpWorld(World):
         if self.directory is None:
             raise RuntimeError("faults are injected from the controller")
         self.io.call_soon(self.launcher.kill, proc, signals[fault])
+
+    def worker_procs(self, host: str) -> list[str]:
+        return sorted(self.launcher.children()) if host in self.hosts() else []
 
     def __repr__(self) -> str:
         return f"<TcpWorld {self.proc_id} at {self.transport.address}>"

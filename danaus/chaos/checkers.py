@@ -1,0 +1,193 @@
+"""Checkers: what must hold after any run, whatever the faults.
+
+* `delivery`: between procs, messages arrive in send order (FIFO), at most
+  once, never out of nowhere, and none is lost while both ends stay up.
+* `reported_once`: each failed member of a supervised mesh is reported to its
+  owner exactly once (per incarnation: a restart starts a new one), unless the
+  owner is gone or stopped watching.
+* `liveness`: once faults have healed and the cluster has settled, no call is
+  still waiting for an answer.
+* `survivors`: every actor that neither failed nor stopped still answers.
+
+The first two read only the trace, so they work on any transport that traces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from danaus.core.actor import Actor, endpoints_of
+from danaus.core.endpoint import Endpoint
+from danaus.core.errors import MeshStoppedError, SupervisionError
+from danaus.core.mesh import ActorMesh, agent_of
+from danaus.core.ports import ReplyHandler
+from danaus.core.runtime import Runtime
+from danaus.core.shape import Shape
+
+Event = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A broken rule: which checker found it, and what it saw."""
+
+    checker: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"[{self.checker}] {self.message}"
+
+
+def _downs(events: Sequence[Event]) -> dict[str, float]:
+    """When each proc was first known to be gone."""
+    down: dict[str, float] = {}
+    for e in events:
+        if e["kind"] == "down":
+            down.setdefault(e["proc"], e["t"])
+        elif e["kind"] == "lost":
+            down.setdefault(e["peer"], e["t"])
+    return down
+
+
+def delivery(events: Sequence[Event]) -> list[Violation]:
+    """FIFO and exactly-once delivery between procs, from the trace."""
+    down = _downs(events)
+    known_senders = {e["src"] for e in events if e["kind"] == "send"}
+    sends: dict[tuple[str, int, str], tuple[float, str]] = {}
+    received: dict[tuple[str, int, str], int] = defaultdict(int)
+    last_seq: dict[tuple[str, str], int] = {}
+    found: list[Violation] = []
+    for e in events:
+        if e["kind"] == "send":
+            sends[(e["src"], e["seq"], e["dst"])] = (e["t"], e["proc"])
+        elif e["kind"] == "recv":
+            key = (e["src"], e["seq"], e["proc"])
+            received[key] += 1
+            if received[key] == 2:
+                found.append(Violation("delivery", f"message {key} delivered twice"))
+            if key not in sends and e["src"] in known_senders:
+                found.append(Violation("delivery", f"message {key} delivered but never sent"))
+            pair = (e["src"], e["proc"])
+            previous = last_seq.get(pair)
+            if previous is not None and e["seq"] < previous:
+                found.append(
+                    Violation(
+                        "delivery",
+                        f"{e['src']} -> {e['proc']}: seq {e['seq']} arrived after seq {previous}",
+                    )
+                )
+            last_seq[pair] = e["seq"] if previous is None else max(previous, e["seq"])
+    for key, (_, sender) in sends.items():
+        if not received.get(key) and key[2] not in down and sender not in down:
+            found.append(Violation("delivery", f"message {key} sent but never delivered"))
+    return found
+
+
+def reported_once(events: Sequence[Event]) -> list[Violation]:
+    """Each failed member reported to its owner once per incarnation, from the trace."""
+    members: dict[str, tuple[str, int]] = {}
+    where: dict[tuple[str, int], str] = {}
+    creator: dict[str, tuple[str, str]] = {}
+    alive: set[tuple[str, int]] = set()
+    released: set[str] = set()
+    expected: dict[tuple[str, int], str] = {}
+    reports: dict[tuple[str, int], int] = defaultdict(int)
+    gone_actors: set[str] = set()
+    gone_procs: set[str] = set()
+    found: list[Violation] = []
+
+    def owner_gone(mesh: str) -> bool:
+        owner_proc, owner_actor = creator.get(mesh, ("", ""))
+        return owner_proc in gone_procs or owner_actor in gone_actors or mesh in released
+
+    def member_failed(member: tuple[str, int], why: str) -> None:
+        if member in alive:
+            alive.discard(member)
+            if not owner_gone(member[0]):
+                expected.setdefault(member, why)
+
+    for e in events:
+        kind = e["kind"]
+        if kind == "spawn":
+            member = (e["mesh"], e["rank"])
+            members[e["actor"]] = member
+            where[member] = e["proc"]
+            creator[e["mesh"]] = (e["owner"], e.get("creator", ""))
+            alive.add(member)
+        elif kind == "stop":
+            gone_actors.add(e["actor"])
+            alive.discard(members.get(e["actor"], ("", -1)))
+        elif kind == "fail":
+            gone_actors.add(e["actor"])
+            if e["actor"] in members:
+                member_failed(members[e["actor"]], e.get("cause", "failed"))
+        elif kind in ("down", "lost"):
+            proc = e["proc"] if kind == "down" else e["peer"]
+            gone_procs.add(proc)
+            for member in [m for m in alive if where.get(m) == proc]:
+                member_failed(member, f"proc {proc} {e['reason']}")
+        elif kind == "release":
+            released.add(e["mesh"])
+        elif kind == "failure":
+            member = (e["mesh"], e["rank"])
+            reports[member] += 1
+            if reports[member] == 2:
+                found.append(Violation("reported_once", f"member {member} reported twice"))
+        elif kind == "restart":
+            for rank in e["ranks"]:
+                reports.pop((e["mesh"], rank), None)
+                expected.pop((e["mesh"], rank), None)
+    for member, why in expected.items():
+        if not reports.get(member) and not owner_gone(member[0]):
+            found.append(Violation("reported_once", f"member {member} failed ({why}) unreported"))
+    return found
+
+
+def liveness(runtimes: Iterable[Runtime]) -> list[Violation]:
+    """Calls still waiting for answers (after faults healed and the cluster settled)."""
+    found = []
+    for runtime in runtimes:
+        for handler in list(runtime._ports.values()):
+            if isinstance(handler, ReplyHandler) and handler.remaining:
+                waiting = sorted({handler.procs[r] for r in handler.remaining})
+                found.append(
+                    Violation("liveness", f"a call from {runtime.proc_id} still waits on {waiting}")
+                )
+    return found
+
+
+async def survivors(procs: Iterable[str], timeout: float) -> list[Violation]:
+    """Every running user actor on ``procs`` answers a probe within ``timeout`` seconds."""
+    probe_spec = endpoints_of(Actor)["__initialized__"]
+    found = []
+    for proc in procs:
+        try:
+            actors = await asyncio.wait_for(_awaited(agent_of(proc).actors.call_one()), timeout)
+        except (SupervisionError, MeshStoppedError):
+            continue
+        except asyncio.TimeoutError:
+            found.append(Violation("survivors", f"proc {proc} did not answer within {timeout} s"))
+            continue
+        for mesh_id, name, rank in actors:
+            ref: ActorMesh[Any] = ActorMesh(
+                mesh_id, name, {"__initialized__": probe_spec}, (proc,), Shape.unity()
+            )
+            try:
+                await asyncio.wait_for(_awaited(Endpoint(ref, probe_spec).call_one()), timeout)
+            except (SupervisionError, MeshStoppedError):
+                continue
+            except asyncio.TimeoutError:
+                found.append(
+                    Violation(
+                        "survivors", f"{name}[{rank}] on {proc} did not answer in {timeout} s"
+                    )
+                )
+    return found
+
+
+async def _awaited(future: Any) -> Any:
+    return await future

@@ -1,0 +1,199 @@
+"""Fault plans: what goes wrong, where, when, and for how long.
+
+A `Plan` is a list of `Fault`s, each at a time (simulated seconds from the
+start of the scenario) against a target, lasting ``duration`` seconds before
+it heals. Plans are written by hand (an explicit schedule) or drawn from a seed
+(`random_plan`), in which case the rates of each kind of fault are drawn from
+the seed too, so that some seeds are calm and others stormy.
+
+Targets name things that exist before the program runs: hosts by index, links
+between two hosts, and procs as "the n-th live worker proc on host h" (chosen
+when the fault fires, among the procs alive then).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+FaultKind = Literal[
+    "crash", "crash_host", "pause", "slow", "delay", "clog", "partition", "bandwidth", "raise"
+]
+KINDS: tuple[FaultKind, ...] = (
+    "crash",
+    "crash_host",
+    "pause",
+    "slow",
+    "delay",
+    "clog",
+    "partition",
+    "bandwidth",
+    "raise",
+)
+REAL_KINDS: tuple[FaultKind, ...] = ("crash", "pause")
+"""The kinds a real transport can apply too (through the launcher's signals)."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault.
+
+    ``target`` by kind:
+
+    * crash, pause, slow: ``(host, slot)``: live worker proc number ``slot``
+      (modulo their count) on host ``host``;
+    * crash_host, bandwidth: ``(host,)``;
+    * delay, clog: ``(host_a, host_b)``, both directions;
+    * partition: the hosts on one side; with ``one_way`` only their sending
+      to the other side is cut;
+    * raise: ``(mesh_name, endpoint)``: calls there raise ``InjectedFault``.
+
+    ``amount`` is the fault's strength: the pause's length is ``duration``; for
+    slow and delay, added seconds per message; for bandwidth, the remaining
+    fraction; for raise, the probability per call.
+    """
+
+    at: float
+    kind: FaultKind
+    target: tuple[Any, ...]
+    duration: float = 0.0
+    amount: float = 0.0
+    one_way: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown fault kind {self.kind!r}; kinds are {', '.join(KINDS)}")
+        if self.at < 0 or self.duration < 0:
+            raise ValueError("a fault's time and duration must not be negative")
+        object.__setattr__(self, "target", tuple(self.target))
+
+    def describe(self) -> str:
+        target = {
+            "crash": "proc {1} of host h{0}",
+            "pause": "proc {1} of host h{0}",
+            "slow": "proc {1} of host h{0}",
+            "crash_host": "host h{0}",
+            "bandwidth": "host h{0}",
+            "delay": "link h{0}<->h{1}",
+            "clog": "link h{0}<->h{1}",
+            "raise": "endpoint {0}.{1}",
+        }.get(self.kind)
+        if target is None:
+            side = ",".join(f"h{h}" for h in self.target)
+            where = f"hosts {side} {'->' if self.one_way else '<->'} the rest"
+        else:
+            where = target.format(*self.target)
+        text = f"t={self.at:.3f}s {self.kind} {where}"
+        if self.amount:
+            text += f" amount={self.amount:.4g}"
+        if self.duration:
+            text += f" for {self.duration:.3f}s"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "at": self.at,
+            "kind": self.kind,
+            "target": list(self.target),
+            "duration": self.duration,
+            "amount": self.amount,
+            "one_way": self.one_way,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Fault:
+        return cls(
+            at=float(data["at"]),
+            kind=data["kind"],
+            target=tuple(data["target"]),
+            duration=float(data.get("duration", 0.0)),
+            amount=float(data.get("amount", 0.0)),
+            one_way=bool(data.get("one_way", False)),
+        )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Faults in time order."""
+
+    faults: tuple[Fault, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "faults", tuple(sorted(self.faults, key=lambda f: f.at)))
+
+    def __len__(self) -> int:
+        return len(self.faults)
+
+    def __iter__(self) -> Any:
+        return iter(self.faults)
+
+    def describe(self) -> str:
+        return "\n".join(f.describe() for f in self.faults) or "(no faults)"
+
+    def to_json(self) -> str:
+        return json.dumps([f.to_json() for f in self.faults], separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        return cls(tuple(Fault.from_json(item) for item in json.loads(text)))
+
+    def without(self, indices: Iterable[int]) -> Plan:
+        drop = set(indices)
+        return Plan(tuple(f for i, f in enumerate(self.faults) if i not in drop))
+
+
+def random_plan(
+    seed: int,
+    hosts: int,
+    duration: float,
+    kinds: Sequence[FaultKind] = KINDS,
+    max_faults: int = 5,
+    endpoints: Sequence[tuple[str, str]] = (),
+) -> Plan:
+    """The faults seed ``seed`` draws for a run of ``duration`` seconds on ``hosts`` hosts."""
+    rng = random.Random(f"plan-{seed}")
+    kinds = [k for k in kinds if k != "raise" or endpoints]
+    kinds = [k for k in kinds if hosts > 1 or k not in ("delay", "clog", "partition")]
+    if not kinds:
+        return Plan()
+    weights = [rng.random() ** 2 for _ in kinds]
+    count = rng.randint(0, max_faults)
+    faults = []
+    for _ in range(count):
+        kind = rng.choices(kinds, weights)[0]
+        at = round(rng.uniform(0, duration), 6)
+        length = round(min(duration, rng.expovariate(1 / 2.0)), 6)
+        host = rng.randrange(hosts)
+        if kind in ("crash", "pause", "slow"):
+            target: tuple[Any, ...] = (host, rng.randrange(8))
+        elif kind in ("crash_host", "bandwidth"):
+            target = (host,)
+        elif kind in ("delay", "clog"):
+            other = rng.choice([h for h in range(hosts) if h != host])
+            target = (host, other)
+        elif kind == "partition":
+            side = rng.sample(range(hosts), rng.randint(1, hosts - 1))
+            target = tuple(sorted(side))
+        else:
+            target = rng.choice(list(endpoints))
+        amount = {
+            "slow": rng.uniform(0.001, 0.2),
+            "delay": rng.uniform(0.001, 0.5),
+            "bandwidth": rng.uniform(0.001, 0.5),
+            "raise": rng.uniform(0.1, 1.0),
+        }.get(kind, 0.0)
+        instant = kind in ("crash", "crash_host")
+        faults.append(
+            Fault(
+                at=at,
+                kind=kind,
+                target=target,
+                duration=0.0 if instant else length,
+                amount=round(amount, 6),
+                one_way=kind == "partition" and rng.random() < 0.3,
+            )
+        )
+    return Plan(tuple(faults))

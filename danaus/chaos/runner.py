@@ -1,0 +1,271 @@
+"""Running scenarios: one seed, many seeds, replays, and shrinking a failing plan.
+
+A run on the simulator: a fresh simulated cluster seeded with the seed, the
+scenario's workload on it while the nemesis applies the plan, then every
+fault healed, ``settle`` seconds for the cluster to quiet down, and the
+checkers. The same seed gives the same run, byte for byte: `Outcome.digest`.
+
+On a real transport the same steps run on real processes; only the crash and
+pause faults apply, and timing is whatever the machine gives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import random
+import threading
+import time
+import traceback
+from collections.abc import Callable, Coroutine, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import danaus
+from danaus.chaos.checkers import Violation, delivery, liveness, reported_once, survivors
+from danaus.chaos.history import History
+from danaus.chaos.nemesis import Nemesis
+from danaus.chaos.plan import Plan
+from danaus.chaos.scenario import Scenario
+from danaus.core import config, sites
+from danaus.core.mesh import agent_of
+from danaus.core.supervision import MeshFailure
+from danaus.core.trace import Trace
+from danaus.transports.base import World
+from danaus.transports.sim.loop import SimulationStalled, SimulationTimeLimit
+from danaus.transports.sim.world import ROOT, SimWorld
+
+
+@dataclass
+class Outcome:
+    """What one run did and whether every check held."""
+
+    scenario: str
+    seed: int
+    plan: Plan
+    violations: list[Violation]
+    trace: Trace
+    history: History
+    transport: str = "sim"
+    value: Any = None
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.violations)
+
+    @property
+    def digest(self) -> str:
+        return self.trace.digest()
+
+
+def _record_unhandled(history: History) -> Callable[[MeshFailure], None]:
+    def record(failure: MeshFailure) -> None:
+        history.record(
+            "unhandled", mesh=failure.mesh_name, rank=dict(failure.rank), cause=failure.cause
+        )
+
+    return record
+
+
+def _workers(world: World) -> list[str]:
+    return [ROOT] + [p for host in world.hosts() for p in world.worker_procs(host)]
+
+
+async def _trace_events(world: World, timeout: float) -> list[dict[str, Any]]:
+    """Every live proc's trace, merged in time order (on a single-process world: its own)."""
+    if isinstance(world, SimWorld):
+        return list(world.trace.events)
+    events = list(world.trace.events)
+    for proc in world.worker_procs(world.hosts()[0]):
+        try:
+            events += await asyncio.wait_for(
+                _awaited(agent_of(proc).trace_events.call_one()), timeout
+            )
+        except Exception:
+            continue
+    return sorted(events, key=lambda e: e["t"])
+
+
+async def _awaited(future: Any) -> Any:
+    return await future
+
+
+class _Run:
+    """One run of a scenario against a plan, on the current world."""
+
+    def __init__(self, scenario: Scenario, seed: int, plan: Plan, world: World) -> None:
+        self.scenario = scenario
+        self.seed = seed
+        self.plan = plan
+        self.world = world
+        self.history = History(world.loop.time, world.trace)
+        self.violations: list[Violation] = []
+        self.value: Any = None
+
+    def workload(self) -> None:
+        try:
+            result = self.scenario.run(self.history)
+            if inspect.iscoroutine(result):
+                result = self._wait(result, None)
+            self.value = result
+        except (SimulationStalled, SimulationTimeLimit) as exc:
+            self.violations.append(Violation("liveness", f"the workload never finished: {exc}"))
+        except Exception as exc:
+            detail = "".join(traceback.format_exception(exc)).rstrip()
+            self.violations.append(Violation("workload", f"run() raised:\n{detail}"))
+
+    def check(self, nemesis: Nemesis) -> None:
+        scenario = self.scenario
+        self._on_loop(nemesis.heal_all)
+        try:
+            self._settle(scenario.settle)
+        except (SimulationStalled, SimulationTimeLimit) as exc:
+            self.violations.append(Violation("liveness", f"the cluster never settled: {exc}"))
+        runtimes = (
+            list(self.world.procs.values())
+            if isinstance(self.world, SimWorld)
+            else [self.world.root]
+        )
+        self.violations += liveness(runtimes)
+        try:
+            self.violations += self._wait(survivors(_workers(self.world), scenario.settle), None)
+            events = self._wait(_trace_events(self.world, scenario.settle), None)
+        except (SimulationStalled, SimulationTimeLimit) as exc:
+            self.violations.append(Violation("survivors", f"probing the actors stalled: {exc}"))
+            events = list(self.world.trace.events)
+        self.violations += delivery(events) + reported_once(events)
+        self.violations += [Violation("invariant", m) for m in scenario.check(self.history)]
+
+    def _settle(self, seconds: float) -> None:
+        if isinstance(self.world, SimWorld):
+            self.world.loop.run_until_complete(asyncio.sleep(seconds))
+            return
+        root = self.world.root
+        deadline = time.monotonic() + seconds
+        while liveness([root]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def _wait(self, coro: Coroutine[Any, Any, Any], timeout: float | None) -> Any:
+        if isinstance(self.world, SimWorld):
+            return self.world.loop.run_until_complete(coro)
+        return asyncio.run_coroutine_threadsafe(coro, self.world.loop).result(timeout)
+
+    def _on_loop(self, fn: Callable[[], None]) -> None:
+        if isinstance(self.world, SimWorld):
+            fn()
+            return
+        done = threading.Event()
+
+        def call() -> None:
+            try:
+                fn()
+            finally:
+                done.set()
+
+        self.world.loop.call_soon_threadsafe(call)
+        done.wait(10)
+
+
+def run_scenario(
+    scenario: Scenario, seed: int, plan: Plan | None = None, transport: str = "sim"
+) -> Outcome:
+    """Run ``scenario`` once with ``seed`` (and its plan, or ``plan``) and check it."""
+    plan = scenario.plan(seed) if plan is None else plan
+    if config.installed() is not None:
+        raise RuntimeError("a chaos run needs its own world: call danaus.shutdown() first")
+    if transport == "sim":
+        world: World = SimWorld(hosts=scenario.hosts, seed=seed, network=scenario.network)
+        world.loop.time_limit = scenario.max_time
+        config.install(world)
+    else:
+        danaus.configure(transport=transport, trace=True)
+        world = config.current_world()
+    run = _Run(scenario, seed, plan, world)
+    saved_hook = danaus.unhandled_fault_hook
+    danaus.unhandled_fault_hook = _record_unhandled(run.history)
+    sites.active = sites.Sites.from_seed(seed, random.Random(f"site-draws-{seed}"))
+    nemesis = Nemesis(world, plan)
+    try:
+        nemesis.start()
+        run.workload()
+        run.check(nemesis)
+    finally:
+        sites.active = None
+        danaus.unhandled_fault_hook = saved_hook
+        config.shutdown()
+    return Outcome(
+        scenario=scenario.name,
+        seed=seed,
+        plan=plan,
+        violations=run.violations,
+        trace=world.trace,
+        history=run.history,
+        transport=transport,
+        value=run.value,
+        skipped=[f"{fault.describe()}: {why}" for fault, why in nemesis.skipped],
+    )
+
+
+def check_determinism(scenario: Scenario, seed: int, first: Outcome) -> Violation | None:
+    """Run ``seed`` again: a different trace digest is a violation (the run is not replayable)."""
+    again = run_scenario(scenario, seed, first.plan)
+    if again.digest != first.digest:
+        return Violation(
+            "determinism",
+            f"seed {seed} gave trace digests {first.digest[:16]} and {again.digest[:16]}",
+        )
+    return None
+
+
+def shrink(
+    scenario: Scenario, seed: int, plan: Plan, transport: str = "sim"
+) -> tuple[Plan, Outcome]:
+    """The smallest sub-plan of ``plan`` that still fails (delta debugging over its faults)."""
+    best = run_scenario(scenario, seed, plan, transport)
+    if not best.failed:
+        raise ValueError("the plan does not fail; there is nothing to shrink")
+    chunks = 2
+    while len(plan) >= 2:
+        size = max(1, len(plan) // chunks)
+        removed_any = False
+        for start in range(0, len(plan), size):
+            candidate = plan.without(range(start, start + size))
+            outcome = run_scenario(scenario, seed, candidate, transport)
+            if outcome.failed:
+                plan, best = candidate, outcome
+                chunks = max(chunks - 1, 2)
+                removed_any = True
+                break
+        if not removed_any:
+            if size == 1:
+                break
+            chunks = min(len(plan), chunks * 2)
+    if len(plan) == 1:
+        empty = run_scenario(scenario, seed, Plan(), transport)
+        if empty.failed:
+            plan, best = Plan(), empty
+    return plan, best
+
+
+def run_seeds(
+    scenario: Scenario,
+    seeds: Iterable[int],
+    *,
+    determinism_rate: float = 0.0,
+    transport: str = "sim",
+    progress: Callable[[Outcome], None] | None = None,
+) -> list[Outcome]:
+    """Run every seed; a sample (``determinism_rate``) is run twice to check replayability."""
+    outcomes = []
+    sampler = random.Random("determinism-sample")
+    for seed in seeds:
+        outcome = run_scenario(scenario, seed, transport=transport)
+        if transport == "sim" and determinism_rate and sampler.random() < determinism_rate:
+            problem = check_determinism(scenario, seed, outcome)
+            if problem is not None:
+                outcome.violations.append(problem)
+        outcomes.append(outcome)
+        if progress is not None:
+            progress(outcome)
+    return outcomes

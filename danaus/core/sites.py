@@ -1,0 +1,59 @@
+"""Fault sites: named places in the runtime where a chaos run may inject delay or failure.
+
+In the spirit of FoundationDB's BUGGIFY: a chaos run switches some sites on
+(chosen by its seed) and each hit of a live site may slow or break what
+happens there. Outside chaos runs ``active`` is None and every site costs one
+attribute check.
+
+Sites:
+
+* ``spawn``: delay before an actor's ``__init__`` (a slow start);
+* ``reply``: delay before an endpoint's answer is sent (a slow reply);
+* endpoint exceptions: a call to a chosen endpoint of a chosen actor mesh
+  raises `InjectedFault` instead of running.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+
+class InjectedFault(Exception):
+    """Raised in place of an endpoint by a chaos run's fault site."""
+
+
+@dataclass
+class Sites:
+    """Which sites are live in this run, and how they behave."""
+
+    rng: random.Random
+    delays: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """site -> (probability per hit, largest delay in seconds)."""
+    raises: dict[tuple[str, str], float] = field(default_factory=dict)
+    """(mesh name, endpoint) -> probability per call."""
+
+    @classmethod
+    def from_seed(cls, seed: int, rng: random.Random) -> Sites:
+        """Switch each delay site on with probability 1/3, with parameters drawn from ``seed``."""
+        draw = random.Random(f"sites-{seed}")
+        delays = {}
+        for site in ("spawn", "reply"):
+            if draw.random() < 1 / 3:
+                delays[site] = (draw.uniform(0.05, 0.5), draw.uniform(0.001, 0.5))
+        return cls(rng, delays)
+
+    def delay(self, site: str) -> float:
+        """Seconds to wait at ``site`` this time (0 when the site is off or does not fire)."""
+        rule = self.delays.get(site)
+        if rule is None or self.rng.random() >= rule[0]:
+            return 0.0
+        return self.rng.uniform(0, rule[1])
+
+    def should_raise(self, mesh: str, endpoint: str) -> bool:
+        probability = self.raises.get((mesh, endpoint))
+        return probability is not None and self.rng.random() < probability
+
+
+active: Sites | None = None
+"""The live sites of the running chaos run, if any."""
