@@ -58,6 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--trace", help="write the trace as JSON lines to this file")
     sim.set_defaults(handler=_sim)
+    from danaus.chaos.cli import add_commands
+
+    add_commands(commands, load)
     args = parser.parse_args(argv)
     return args.handler(args)
 

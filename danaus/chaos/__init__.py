@@ -11,12 +11,13 @@ from danaus.chaos.checkers import Violation
 from danaus.chaos.faults import crash, pause, resume
 from danaus.chaos.history import History
 from danaus.chaos.plan import KINDS, Fault, Plan, random_plan
-from danaus.chaos.runner import Outcome, run_scenario, run_seeds, shrink
+from danaus.chaos.runner import ChaosFailure, Outcome, check_seed, run_scenario, run_seeds, shrink
 from danaus.chaos.scenario import Scenario
 from danaus.core.sites import InjectedFault
 
 __all__ = [
     "KINDS",
+    "ChaosFailure",
     "Fault",
     "History",
     "InjectedFault",
@@ -24,6 +25,7 @@ __all__ = [
     "Plan",
     "Scenario",
     "Violation",
+    "check_seed",
     "crash",
     "pause",
     "random_plan",

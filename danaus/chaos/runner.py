@@ -49,6 +49,8 @@ class Outcome:
     transport: str = "sim"
     value: Any = None
     skipped: list[str] = field(default_factory=list)
+    checked: list[dict[str, Any]] = field(default_factory=list)
+    """The trace events the checkers read: those before the checks began probing the cluster."""
 
     @property
     def failed(self) -> bool:
@@ -102,6 +104,7 @@ class _Run:
         self.history = History(world.loop.time, world.trace)
         self.violations: list[Violation] = []
         self.value: Any = None
+        self.events: list[dict[str, Any]] = []
 
     def workload(self) -> None:
         try:
@@ -128,13 +131,15 @@ class _Run:
             else [self.world.root]
         )
         self.violations += liveness(runtimes)
+        cut = self.world.loop.time()
         try:
             self.violations += self._wait(survivors(_workers(self.world), scenario.settle), None)
             events = self._wait(_trace_events(self.world, scenario.settle), None)
         except (SimulationStalled, SimulationTimeLimit) as exc:
             self.violations.append(Violation("survivors", f"probing the actors stalled: {exc}"))
             events = list(self.world.trace.events)
-        self.violations += delivery(events) + reported_once(events)
+        self.events = [e for e in events if e["t"] < cut]
+        self.violations += delivery(self.events) + reported_once(self.events)
         self.violations += [Violation("invariant", m) for m in scenario.check(self.history)]
 
     def _settle(self, seconds: float) -> None:
@@ -167,10 +172,34 @@ class _Run:
         done.wait(10)
 
 
+class ChaosFailure(AssertionError):
+    """A seed broke a rule: the message holds its plan, violations and replay command."""
+
+
+def check_seed(scenario: Scenario, seed: int, plan: Plan | None = None, **options: Any) -> None:
+    """Run one seed and raise `ChaosFailure` describing it if any check failed."""
+    outcome = run_scenario(scenario, seed, plan, **options)
+    if outcome.failed:
+        violations = "\n".join(f"  {v}" for v in outcome.violations)
+        raise ChaosFailure(
+            f"{scenario.name} seed {seed} failed\nplan:\n{outcome.plan.describe()}\n"
+            f"violations:\n{violations}\n"
+            f"replay: danaus chaos replay PATH::{scenario.name} --seed {seed}"
+            + (f" --plan '{outcome.plan.to_json()}'" if plan is not None else "")
+        )
+
+
 def run_scenario(
-    scenario: Scenario, seed: int, plan: Plan | None = None, transport: str = "sim"
+    scenario: Scenario,
+    seed: int,
+    plan: Plan | None = None,
+    transport: str = "sim",
+    **options: Any,
 ) -> Outcome:
-    """Run ``scenario`` once with ``seed`` (and its plan, or ``plan``) and check it."""
+    """Run ``scenario`` once with ``seed`` (and its plan, or ``plan``) and check it.
+
+    ``options`` configure a real transport (heartbeat settings, for example).
+    """
     plan = scenario.plan(seed) if plan is None else plan
     if config.installed() is not None:
         raise RuntimeError("a chaos run needs its own world: call danaus.shutdown() first")
@@ -179,7 +208,7 @@ def run_scenario(
         world.loop.time_limit = scenario.max_time
         config.install(world)
     else:
-        danaus.configure(transport=transport, trace=True)
+        danaus.configure(transport=transport, trace=True, **options)
         world = config.current_world()
     run = _Run(scenario, seed, plan, world)
     saved_hook = danaus.unhandled_fault_hook
@@ -204,6 +233,7 @@ def run_scenario(
         transport=transport,
         value=run.value,
         skipped=[f"{fault.describe()}: {why}" for fault, why in nemesis.skipped],
+        checked=run.events,
     )
 
 

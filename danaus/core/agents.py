@@ -8,29 +8,28 @@ the agent keeps taking messages meanwhile (a stop may need a spawn to finish).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from danaus.core.actor import Actor, endpoint
 from danaus.core.context import current_rank
-from danaus.core.instance import Instance
+from danaus.core.instance import Instance, SpawnOrder
 from danaus.core.ports import Port
-from danaus.core.serialize import Buffer
-from danaus.core.shape import Point
 from danaus.transports.base import ProcSpec
 
 if TYPE_CHECKING:
-    from danaus.core.mesh import ProcMesh
     from danaus.core.runtime import Runtime
 
 PROC_AGENT = "agent"
 HOST_AGENT = "host"
 
 
-def _answer_later(runtime: Runtime, port: Port[Any], work: Awaitable[Any]) -> None:
+def _answer_later(runtime: Runtime, port: Port[Any], work: Callable[[], Awaitable[Any]]) -> None:
+    """Run ``work()`` as a task of its own and send its outcome to ``port``."""
+
     async def run() -> None:
         try:
-            result = await work
+            result = await work()
         except Exception as exc:
             port.exception(exc)
         else:
@@ -46,35 +45,20 @@ class ProcAgent(Actor):
         self._runtime = runtime
 
     @endpoint
-    async def spawn(
-        self,
-        mesh_id: str,
-        name: str,
-        blob: list[Buffer],
-        creator: str,
-        owner: tuple[str, str],
-        proc_mesh: ProcMesh,
-        rank: Point | None,
-    ) -> None:
-        """Host member ``rank`` (by default: this agent's position in the cast) of a mesh."""
-        Instance.spawn(
-            self._runtime,
-            mesh_id,
-            name,
-            rank if rank is not None else current_rank(),
-            blob,
-            creator,
-            owner,
-            proc_mesh,
-        )
+    async def spawn(self, order: SpawnOrder) -> None:
+        """Host a member of an actor mesh (at this agent's position in the cast, by default)."""
+        rank = order.rank if order.rank is not None else current_rank()
+        Instance.spawn(self._runtime, order, rank)
 
     @endpoint(explicit_response_port=True)
     async def stop_actor(self, port: Port[None], mesh_id: str, timeout: float) -> None:
-        _answer_later(self._runtime, port, self._runtime.stop_actors([mesh_id], timeout))
+        runtime = self._runtime
+        _answer_later(runtime, port, lambda: runtime.stop_actors([mesh_id], timeout))
 
     @endpoint(explicit_response_port=True)
     async def stop_all(self, port: Port[None], timeout: float) -> None:
-        _answer_later(self._runtime, port, self._runtime.stop_actors(None, timeout))
+        runtime = self._runtime
+        _answer_later(runtime, port, lambda: runtime.stop_actors(None, timeout))
 
     @endpoint
     async def ping(self) -> None:
@@ -105,9 +89,12 @@ class HostAgent(Actor):
         first = current_rank().rank * count
         specs = [ProcSpec(f"{mesh_id}.{first + i}", self._runtime.host, name) for i in range(count)]
         self._launched[mesh_id] = [spec.proc_id for spec in specs]
-        _answer_later(self._runtime, port, self._runtime.world.launcher.launch(specs))
+        launcher = self._runtime.world.launcher
+        _answer_later(self._runtime, port, lambda: launcher.launch(specs))
 
     @endpoint(explicit_response_port=True)
     async def stop_procs(self, port: Port[None], mesh_id: str, timeout: float) -> None:
         procs = self._launched.pop(mesh_id, [])
-        _answer_later(self._runtime, port, self._runtime.world.launcher.stop(procs, timeout))
+        _answer_later(
+            self._runtime, port, lambda: self._runtime.world.launcher.stop(procs, timeout)
+        )

@@ -67,6 +67,22 @@ def actor_error_payload(actor_id: str, exc: BaseException) -> list[Buffer]:
 
 
 @dataclass(frozen=True)
+class SpawnOrder:
+    """Everything a proc needs to host one member of an actor mesh."""
+
+    mesh_id: str
+    name: str
+    blob: list[Buffer]
+    creator: str
+    owner: tuple[str, str]
+    proc_mesh: ProcMesh
+    rank: Point | None = None
+    """The member's position; None means the receiving agent's position in the cast."""
+    incarnation: int = 0
+    """How many times the owner has restarted this member (0: the first)."""
+
+
+@dataclass(frozen=True)
 class _Supervise:
     """A mailbox item: run ``__supervise__`` for a failure of a mesh this actor owns."""
 
@@ -164,39 +180,30 @@ class Instance:
         return instance
 
     @classmethod
-    def spawn(
-        cls,
-        runtime: Runtime,
-        mesh_id: str,
-        name: str,
-        rank: Point,
-        blob: list[Buffer],
-        creator: str,
-        owner: tuple[str, str],
-        proc_mesh: ProcMesh,
-    ) -> Instance:
-        """Host a new actor of mesh ``mesh_id``; it is built from ``blob`` before any message."""
+    def spawn(cls, runtime: Runtime, order: SpawnOrder, rank: Point) -> Instance:
+        """Host member ``rank`` of a new actor mesh; it is built before any message."""
+        suffix = f"~{order.incarnation}" if order.incarnation else ""
         instance = cls(
             runtime,
-            mesh_id,
-            f"{mesh_id}/{name}[{rank.rank}]",
-            name,
+            order.mesh_id,
+            f"{order.mesh_id}/{order.name}[{rank.rank}]{suffix}",
+            order.name,
             rank,
-            creator=creator,
-            owner=owner,
-            proc_mesh=proc_mesh,
+            creator=order.creator,
+            owner=order.owner,
+            proc_mesh=order.proc_mesh,
         )
         instance.state = "starting"
-        instance._start(blob)
+        instance._start(order.blob)
         runtime.add_actor(instance)
         runtime.trace.record(
             "spawn",
             runtime.proc_id,
             actor=instance.actor_id,
-            mesh=mesh_id,
+            mesh=order.mesh_id,
             rank=rank.rank,
-            owner=owner[0],
-            creator=creator,
+            owner=order.owner[0],
+            creator=order.creator,
         )
         return instance
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from danaus.core.actor import Actor, EndpointSpec, endpoints_of
@@ -19,7 +19,8 @@ from danaus.core.context import context
 from danaus.core.endpoint import Endpoint
 from danaus.core.errors import MeshStoppedError, SupervisionError
 from danaus.core.future import Future
-from danaus.core.serialize import Buffer, dumps
+from danaus.core.instance import SpawnOrder
+from danaus.core.serialize import dumps
 from danaus.core.shape import Extent, MeshTrait, Shape
 from danaus.core.supervision import MeshFailure, RestartPolicy
 from danaus.transports.base import NumberedNames
@@ -34,21 +35,13 @@ STOP_TIMEOUT = 10.0
 """Seconds a graceful stop may take before actors are abandoned and procs killed."""
 
 
-@dataclass(frozen=True)
-class _SpawnRecord:
-    """What it takes to spawn a member again: kept by the owner for restarts."""
-
-    blob: list[Buffer]
-    creator: str
-    owner: tuple[str, str]
-
-
 class _Lifecycle:
     """The owner's view of a mesh it spawned: shared by the mesh and its slices."""
 
     __slots__ = (
         "children",
         "failed",
+        "incarnation",
         "initialized",
         "mesh",
         "name",
@@ -69,9 +62,10 @@ class _Lifecycle:
         self.children: list[_Lifecycle] = []
         self.failed: dict[int, MeshFailure] = {}
         self.procs: list[str] | None = None
-        self.spawn: _SpawnRecord | None = None
+        self.spawn: SpawnOrder | None = None
         self.policy: RestartPolicy | None = None
         self.replacements: list[ProcMesh] = []
+        self.incarnation = 0
 
     def end(self) -> None:
         """Stopped along with the procs it lived on: refuse messages, leave the owner's list."""
@@ -321,13 +315,16 @@ class ProcMesh(_Mesh):
         owner = _caller()
         runtime = owner._runtime
         mesh_id = runtime.new_id()
-        record = _SpawnRecord(
+        order = SpawnOrder(
+            mesh_id,
+            name,
             dumps((cls, args, kwargs), f"an argument of {cls.__qualname__}()"),
             owner.actor_id,
             (runtime.proc_id, owner.key),
+            self,
         )
         life = _Lifecycle(name)
-        life.spawn = record
+        life.spawn = order
         life.policy = restart
         mesh: ActorMesh[T] = ActorMesh(
             mesh_id, name, endpoints, self._members(), self._shape, self, life
@@ -336,9 +333,7 @@ class ProcMesh(_Mesh):
             self._life.children.append(life)
         mesh._own(owner)
         runtime.supervisor.adopt(owner, mesh)
-        _proc_agents(self).spawn.broadcast(
-            mesh_id, name, record.blob, record.creator, record.owner, self, None
-        )
+        _proc_agents(self).spawn.broadcast(order)
         return mesh
 
     async def _stop_members(self, timeout: float) -> None:
@@ -438,19 +433,13 @@ class ActorMesh(_Mesh, Generic[T]):
             if runtime.is_lost(procs[base]):
                 procs[base] = await self._replacement_proc(base)
         life.procs = procs
-        record = life.spawn
+        life.incarnation += 1
         for index, base in enumerate(self._shape.ranks()):
-            if base not in bases:
-                continue
-            agent_of(procs[base]).spawn.broadcast(
-                self._mesh_id,
-                self._name,
-                record.blob,
-                record.creator,
-                record.owner,
-                self._proc_mesh,
-                self._shape.point(index),
-            )
+            if base in bases:
+                order = replace(
+                    life.spawn, rank=self._shape.point(index), incarnation=life.incarnation
+                )
+                agent_of(procs[base]).spawn.broadcast(order)
 
     async def _replacement_proc(self, base: int) -> str:
         """A new proc on the dead one's host, owned by the caller; it stops with the old mesh."""

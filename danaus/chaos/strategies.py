@@ -1,0 +1,75 @@
+"""Hypothesis strategies for fault plans: let Hypothesis search for, and shrink, failing plans.
+
+    @given(plan=plans(hosts=3, duration=6.0))
+    @settings(deadline=None)
+    def test_store_keeps_acknowledged_writes(plan):
+        assert not run_scenario(KVStore(), seed=0, plan=plan).failed
+
+On failure Hypothesis shrinks the plan: fewer faults, earlier, shorter, simpler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from hypothesis import strategies as st
+
+from danaus.chaos.plan import KINDS, Fault, FaultKind, Plan
+
+_AMOUNTS = {
+    "slow": (0.001, 0.2),
+    "delay": (0.001, 0.5),
+    "bandwidth": (0.001, 0.5),
+    "raise": (0.1, 1.0),
+}
+
+
+@st.composite
+def faults(
+    draw: Any,
+    hosts: int,
+    duration: float,
+    kinds: Sequence[FaultKind] = KINDS,
+    endpoints: Sequence[tuple[str, str]] = (),
+) -> Fault:
+    """One fault of ``kinds`` within ``duration`` seconds on a cluster of ``hosts`` hosts."""
+    usable = [k for k in kinds if (k != "raise" or endpoints) and (hosts > 1 or k not in _LINKS)]
+    kind = draw(st.sampled_from(usable))
+    host = draw(st.integers(0, hosts - 1))
+    if kind in ("crash", "pause", "slow"):
+        target: tuple[Any, ...] = (host, draw(st.integers(0, 7)))
+    elif kind in ("crash_host", "bandwidth"):
+        target = (host,)
+    elif kind in ("delay", "clog"):
+        target = (host, draw(st.sampled_from([h for h in range(hosts) if h != host])))
+    elif kind == "partition":
+        side = draw(st.sets(st.integers(0, hosts - 1), min_size=1, max_size=hosts - 1))
+        target = tuple(sorted(side))
+    else:
+        target = draw(st.sampled_from(list(endpoints)))
+    low, high = _AMOUNTS.get(kind, (0.0, 0.0))
+    return Fault(
+        at=draw(st.floats(0, duration, allow_nan=False)),
+        kind=kind,
+        target=target,
+        duration=0.0 if kind in ("crash", "crash_host") else draw(st.floats(0, duration)),
+        amount=draw(st.floats(low, high)) if high else 0.0,
+        one_way=kind == "partition" and draw(st.booleans()),
+    )
+
+
+_LINKS = ("delay", "clog", "partition")
+
+
+def plans(
+    hosts: int,
+    duration: float,
+    kinds: Sequence[FaultKind] = KINDS,
+    endpoints: Sequence[tuple[str, str]] = (),
+    max_faults: int = 6,
+) -> st.SearchStrategy[Plan]:
+    """Plans of up to ``max_faults`` faults; they shrink toward fewer and simpler faults."""
+    return st.lists(faults(hosts, duration, kinds, endpoints), max_size=max_faults).map(
+        lambda found: Plan(tuple(found))
+    )

@@ -1,0 +1,84 @@
+"""Small scenarios for testing the chaos toolkit itself (each breaks one rule on purpose)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from danaus import Actor, RestartPolicy, endpoint, this_host
+from danaus.chaos import History, Scenario
+
+
+class Sleeper(Actor):
+    def __init__(self) -> None:
+        self.count = 0
+
+    @endpoint
+    async def forever(self) -> None:
+        await asyncio.Event().wait()
+
+    @endpoint
+    def ping(self) -> int:
+        self.count += 1
+        return self.count
+
+
+class Calm(Scenario):
+    """Three workers answer pings; nothing is wrong with it."""
+
+    hosts = 1
+    duration = 2.0
+    settle = 2.0
+    kinds = ("crash", "pause")
+
+    async def run(self, history: History) -> None:
+        workers = (
+            this_host()
+            .spawn_procs({"w": 3})
+            .spawn("w", Sleeper, restart=RestartPolicy(max_restarts=10, backoff=0.01))
+        )
+        for _ in range(20):
+            op = history.invoke("ping")
+            try:
+                await asyncio.wait_for(_wait(workers.ping.call()), 3)
+            except Exception as exc:
+                history.fail(op, repr(exc))
+            else:
+                history.ok(op)
+            await asyncio.sleep(0.1)
+
+
+class LeavesACallPending(Calm):
+    """Calls an endpoint that never returns and walks away: liveness must object."""
+
+    async def run(self, history: History) -> None:
+        sleeper = this_host().spawn_procs().spawn("s", Sleeper)
+        sleeper.forever.call_one()
+        await asyncio.sleep(0.1)
+
+
+class LeavesAnActorStuck(Calm):
+    """An actor stuck in an endpoint no one waits for: survivors must object."""
+
+    async def run(self, history: History) -> None:
+        sleeper = this_host().spawn_procs().spawn("s", Sleeper)
+        sleeper.forever.broadcast()
+        await asyncio.sleep(0.1)
+
+
+class BreaksItsInvariant(Calm):
+    def check(self, history: History) -> list[str]:
+        return ["the invariant does not hold"]
+
+
+class ReadsTheWallClock(Calm):
+    """Decides what to send from os.urandom: not replayable, determinism must object."""
+
+    async def run(self, history: History) -> None:
+        sleeper = this_host().spawn_procs().spawn("s", Sleeper)
+        for _ in range(1 + os.urandom(1)[0] % 5):
+            await sleeper.ping.call_one()
+
+
+async def _wait(future):
+    return await future
