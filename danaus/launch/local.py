@@ -22,6 +22,7 @@ from typing import IO, TYPE_CHECKING
 from danaus.launch.bootstrap import Bootstrap
 from danaus.transports.base import Launcher, ProcLoss, ProcSpec
 from danaus.transports.tcp import control
+from danaus.transports.tcp.ioloop import settler
 
 if TYPE_CHECKING:
     from danaus.transports.tcp.world import TcpWorld
@@ -54,7 +55,7 @@ class LocalLauncher(Launcher):
         for spec in specs:
             started: asyncio.Future[None] = loop.create_future()
             waits.append(started)
-            self.world.io.call_soon(self._start, spec, _settler(loop, started))
+            self.world.io.call_soon(self._start, spec, settler(loop, started))
         try:
             await asyncio.wait_for(asyncio.gather(*waits), STARTUP_TIMEOUT)
         except asyncio.TimeoutError:
@@ -66,7 +67,7 @@ class LocalLauncher(Launcher):
         for proc in procs:
             exited: asyncio.Future[None] = loop.create_future()
             waits.append(exited)
-            self.world.io.call_soon(self._ask_exit, proc, _settler(loop, exited))
+            self.world.io.call_soon(self._ask_exit, proc, settler(loop, exited))
         if not waits:
             return
         _, pending = await asyncio.wait(waits, timeout=timeout)
@@ -169,26 +170,6 @@ class LocalLauncher(Launcher):
         child.started(RuntimeError(f"{loss.describe()} before it started:\n{tail}"))
         if child.exited is not None:
             child.exited(None)
-
-
-def _settler(
-    loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]
-) -> Callable[[BaseException | None], None]:
-    """A thread-safe, settle-once callback for ``future``."""
-
-    def settle(error: BaseException | None) -> None:
-        def apply() -> None:
-            if future.done():
-                return
-            if error is None:
-                future.set_result(None)
-            else:
-                future.set_exception(error)
-
-        if not loop.is_closed():
-            loop.call_soon_threadsafe(apply)
-
-    return settle
 
 
 def _forwarder(child: _Child, pipe: IO[bytes], sink: IO[str]) -> Callable[[], None]:

@@ -120,6 +120,12 @@ class Transport(ABC):
     """One proc's endpoint: it sends frames to other procs by proc id."""
 
     proc_id: str
+    memory_backend: str = "none"
+    """What serves `read` and `write`: ``sim``, ``tcp``, ``ucx``, ``verbs``."""
+    memory_one_sided: bool = False
+    """True when the remote side's CPU takes no part (real RDMA, or its simulation)."""
+    memory_devices: frozenset[str] = frozenset({"cpu"})
+    """The kinds of memory `register` accepts (``cpu``, ``cuda``)."""
 
     @abstractmethod
     def start(self, on_frames: FrameHandler, on_loss: LossHandler) -> None:

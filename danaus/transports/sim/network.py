@@ -24,6 +24,7 @@ would declare it; so is a paused proc.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,7 +33,15 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from danaus.transports.base import Buffer, FrameHandler, LossHandler, ProcLoss, Transport
+from danaus.core.errors import SupervisionError
+from danaus.transports.base import (
+    Buffer,
+    FrameHandler,
+    LossHandler,
+    MemoryHandle,
+    ProcLoss,
+    Transport,
+)
 
 if TYPE_CHECKING:
     from danaus.core.trace import Trace
@@ -51,6 +60,10 @@ class NetworkModel:
     spawn_time: float = 0.05
     detect_crash: float = 1e-3
     heartbeat_timeout: float = 3.0
+
+
+REQUEST_BYTES = 64
+"""The size of a memory request or acknowledgment on the wire."""
 
 
 class _Queue:
@@ -78,6 +91,46 @@ class _Host:
         self.bandwidth_factor = 1.0
 
 
+class _Message:
+    """Something crossing the network: frames for the runtime, or a transfer the network serves."""
+
+    __slots__ = ("deliver", "dst", "frames", "size", "src")
+
+    def __init__(
+        self,
+        src: str,
+        dst: str,
+        frames: list[Buffer] | None,
+        size: int,
+        deliver: Callable[[], None] | None = None,
+    ) -> None:
+        self.src = src
+        self.dst = dst
+        self.frames = frames
+        self.size = size
+        self.deliver = deliver
+
+
+class _MemoryOp:
+    """A read or write of registered memory, waiting for its answer."""
+
+    __slots__ = ("future", "handle", "offset", "view", "write")
+
+    def __init__(
+        self,
+        future: asyncio.Future[None],
+        handle: MemoryHandle,
+        offset: int,
+        view: memoryview,
+        write: bool,
+    ) -> None:
+        self.future = future
+        self.handle = handle
+        self.offset = offset
+        self.view = view
+        self.write = write
+
+
 class _Link:
     """The state of one direction between two hosts, while a fault changes it."""
 
@@ -88,11 +141,14 @@ class _Link:
         self.jitter = 0.0
         self.held = False
         self.holds = 0
-        self.waiting: list[tuple[str, str, list[Buffer]]] = []
+        self.waiting: list[_Message] = []
 
 
 class SimTransport(Transport):
     """A simulated proc's endpoint on the `SimNetwork`."""
+
+    memory_backend = "sim"
+    memory_one_sided = True
 
     def __init__(self, network: SimNetwork, proc_id: str, host: str) -> None:
         self.network = network
@@ -103,8 +159,8 @@ class SimTransport(Transport):
         self.on_loss: LossHandler | None = None
         self.pauses = 0
         self.slowness = 0.0
-        self.held_in: list[tuple[str, list[Buffer]]] = []
-        self.held_out: list[tuple[str, list[Buffer]]] = []
+        self.held_in: list[_Message] = []
+        self.held_out: list[_Message] = []
 
     def start(self, on_frames: FrameHandler, on_loss: LossHandler) -> None:
         self.on_frames = on_frames
@@ -115,6 +171,18 @@ class SimTransport(Transport):
 
     def watch(self, proc: str) -> None:
         self.network.watch(self.proc_id, proc)
+
+    def register(self, buffer: memoryview) -> MemoryHandle:
+        return self.network.register(self.proc_id, buffer)
+
+    def unregister(self, handle: MemoryHandle) -> None:
+        self.network.unregister(handle)
+
+    async def read(self, handle: MemoryHandle, offset: int, dst: memoryview) -> None:
+        await self.network.memory_op(self.proc_id, handle, offset, dst, write=False)
+
+    async def write(self, handle: MemoryHandle, offset: int, src: memoryview) -> None:
+        await self.network.memory_op(self.proc_id, handle, offset, src, write=True)
 
     def close(self) -> None:
         self.network.down(self.proc_id, "stopped")
@@ -138,7 +206,10 @@ class SimNetwork:
         self.trace = trace
         self.hosts: dict[str, _Host] = {}
         self.endpoints: dict[str, SimTransport] = {}
-        self._waiting: dict[str, list[tuple[str, list[Buffer]]]] = {}
+        self._waiting: dict[str, list[_Message]] = {}
+        self._memory: dict[tuple[str, int], memoryview] = {}
+        self._memory_keys = itertools.count(1)
+        self._memory_ops: dict[str, list[_MemoryOp]] = {}
         self._last_arrival: dict[tuple[str, str], float] = {}
         self._watchers: dict[str, dict[str, None]] = {}
         self._losses: dict[str, ProcLoss] = {}
@@ -157,8 +228,8 @@ class SimNetwork:
     def up(self, proc: str) -> None:
         """``proc`` has booted: deliver what waited for it, in order."""
         self.endpoints[proc].state = "up"
-        for src, frames in self._waiting.pop(proc, ()):
-            self._schedule(src, proc, frames)
+        for message in self._waiting.pop(proc, ()):
+            self._schedule(message)
 
     def down(self, proc: str, reason: str, **details: Any) -> None:
         """``proc`` is gone: its watchers (and later senders) are told."""
@@ -171,6 +242,12 @@ class SimNetwork:
         self.trace.record("down", proc, reason=reason)
         for watcher in self._watchers.pop(proc, {}):
             self._notify(watcher, loss)
+        for key in [k for k in self._memory if k[0] == proc]:
+            del self._memory[key]
+        error = SupervisionError(f"the owner of the memory is gone: {loss.describe()}", loss)
+        for op in self._memory_ops.pop(proc, ()):
+            if not op.future.done():
+                op.future.set_exception(error)
 
     def pause(self, proc: str) -> None:
         """``proc`` stops answering: nothing in or out until resumed.
@@ -200,10 +277,10 @@ class SimNetwork:
         self.trace.record("resume", proc)
         held_in, endpoint.held_in = endpoint.held_in, []
         held_out, endpoint.held_out = endpoint.held_out, []
-        for dst, frames in held_out:
-            self.transmit(proc, dst, frames)
-        for src, frames in held_in:
-            self._arrive(src, proc, frames, None)
+        for message in held_out:
+            self._send(message)
+        for message in held_in:
+            self._arrive(message, None)
 
     def link(self, src_host: str, dst_host: str) -> _Link:
         return self._links.setdefault((src_host, dst_host), _Link())
@@ -233,9 +310,8 @@ class SimNetwork:
             return
         link.held = False
         waiting, link.waiting = link.waiting, []
-        for src, dst, frames in waiting:
-            if src in self.endpoints and dst in self.endpoints:
-                self._schedule(src, dst, frames)
+        for message in waiting:
+            self._schedule(message)
 
     def watch(self, watcher: str, proc: str) -> None:
         loss = self._losses.get(proc)
@@ -253,25 +329,28 @@ class SimNetwork:
 
     def transmit(self, src: str, dst: str, frames: Sequence[Buffer]) -> None:
         copied = [f if isinstance(f, bytes) else bytearray(f) for f in frames]
-        sender = self.endpoints[src]
+        self._send(_Message(src, dst, copied, sum(len(f) for f in copied)))
+
+    def _send(self, message: _Message) -> None:
+        sender = self.endpoints[message.src]
         if sender.state == "paused":
-            sender.held_out.append((dst, copied))
+            sender.held_out.append(message)
             return
         if sender.state == "down":
             return
-        endpoint = self.endpoints.get(dst)
+        endpoint = self.endpoints.get(message.dst)
         if endpoint is None or endpoint.state == "booting":
-            self._waiting.setdefault(dst, []).append((src, copied))
+            self._waiting.setdefault(message.dst, []).append(message)
         elif endpoint.state == "down":
-            self.watch(src, dst)
+            self.watch(message.src, message.dst)
         else:
-            self._schedule(src, dst, copied)
+            self._schedule(message)
 
-    def _schedule(self, src: str, dst: str, frames: list[Buffer]) -> None:
+    def _schedule(self, message: _Message) -> None:
         model = self.model
         now = self.env.now
-        size = sum(len(f) for f in frames)
-        sender, receiver = self.endpoints[src], self.endpoints[dst]
+        size = message.size
+        sender, receiver = self.endpoints[message.src], self.endpoints[message.dst]
         src_host, dst_host = self.hosts[sender.host], self.hosts[receiver.host]
         if src_host is dst_host:
             done = src_host.bus.serve(now, model.per_message + size / model.local_bandwidth)
@@ -279,7 +358,7 @@ class SimNetwork:
         else:
             link = self._links.get((src_host.name, dst_host.name))
             if link is not None and link.held:
-                link.waiting.append((src, dst, frames))
+                link.waiting.append(message)
                 return
             bandwidth = model.bandwidth * src_host.bandwidth_factor
             done = src_host.tx.serve(now, model.per_message + size / bandwidth)
@@ -293,19 +372,82 @@ class SimNetwork:
             bandwidth = model.bandwidth * dst_host.bandwidth_factor
             arrival = dst_host.rx.serve(done + delay, size / bandwidth)
         arrival += sender.slowness + receiver.slowness
-        pair = (src, dst)
+        pair = (message.src, message.dst)
         last = self._last_arrival.get(pair, 0.0)
         if arrival < last:
             arrival = last
         self._last_arrival[pair] = arrival
-        event = self.env.timeout(arrival - now)
-        event.callbacks.append(partial(self._arrive, src, dst, frames))
+        self.env.timeout(arrival - now).callbacks.append(partial(self._arrive, message))
 
-    def _arrive(self, src: str, dst: str, frames: list[Buffer], _event: object) -> None:
+    def _arrive(self, message: _Message, _event: object) -> None:
         # Runs inside the loop's select (see loop.py), on the loop thread: the
         # receive callback only routes the message and schedules whatever must run.
-        endpoint = self.endpoints[dst]
+        endpoint = self.endpoints[message.dst]
         if endpoint.state == "paused":
-            endpoint.held_in.append((src, frames))
-        elif endpoint.state == "up" and endpoint.on_frames is not None:
-            endpoint.on_frames(src, frames)
+            endpoint.held_in.append(message)
+        elif endpoint.state == "up":
+            if message.deliver is not None:
+                message.deliver()
+            elif endpoint.on_frames is not None:
+                endpoint.on_frames(message.src, message.frames)
+
+    # ---- registered memory ------------------------------------------------------------
+
+    def register(self, proc: str, view: memoryview) -> MemoryHandle:
+        key = next(self._memory_keys)
+        self._memory[(proc, key)] = view
+        return MemoryHandle(proc, key, view.nbytes, "sim")
+
+    def unregister(self, handle: MemoryHandle) -> None:
+        self._memory.pop((handle.owner, handle.key), None)
+
+    def memory_op(
+        self, requester: str, handle: MemoryHandle, offset: int, view: memoryview, write: bool
+    ) -> asyncio.Future[None]:
+        """Read (or write) ``view`` from (or to) remote memory, as one-sided RDMA would:
+        a request crosses to the owner's NIC, the data crosses back (or there), and
+        no actor of the owner takes part."""
+        future: asyncio.Future[None] = self.loop.create_future()
+        op = _MemoryOp(future, handle, offset, view, write)
+        owner = handle.owner
+        if owner in self._losses:
+            loss = self._losses[owner]
+            future.set_exception(
+                SupervisionError(f"the owner of the memory is gone: {loss.describe()}", loss)
+            )
+            return future
+        self._memory_ops.setdefault(owner, []).append(op)
+        data = bytes(view) if write else b""
+        request = REQUEST_BYTES + len(data)
+        self._send(
+            _Message(requester, owner, None, request, partial(self._serve, requester, op, data))
+        )
+        return future
+
+    def _serve(self, requester: str, op: _MemoryOp, data: bytes) -> None:
+        """At the owner: copy the bytes now, and send the answer back."""
+        memory = self._memory.get((op.handle.owner, op.handle.key))
+        end = op.offset + op.view.nbytes
+        if memory is None:
+            answer, size = RuntimeError("the RDMA buffer was dropped by its owner"), REQUEST_BYTES
+        elif op.write:
+            memory[op.offset : end] = data
+            answer, size = None, REQUEST_BYTES
+        else:
+            answer, size = bytes(memory[op.offset : end]), op.view.nbytes
+        self._send(
+            _Message(op.handle.owner, requester, None, size, partial(self._complete, op, answer))
+        )
+
+    def _complete(self, op: _MemoryOp, answer: bytes | BaseException | None) -> None:
+        ops = self._memory_ops.get(op.handle.owner, [])
+        if op in ops:
+            ops.remove(op)
+        if op.future.done():
+            return
+        if isinstance(answer, BaseException):
+            op.future.set_exception(answer)
+            return
+        if answer is not None:
+            op.view[:] = answer
+        op.future.set_result(None)

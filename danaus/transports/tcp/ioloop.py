@@ -7,6 +7,7 @@ or blocked endpoint cannot delay heartbeats, failure notices or transfers.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import heapq
 import itertools
@@ -117,3 +118,23 @@ class IoLoop:
             fn(*args)
         except Exception:
             log.exception("error on the I/O thread in %r", fn)
+
+
+def settler(
+    loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]
+) -> Callable[[BaseException | None], None]:
+    """A thread-safe, settle-once callback for ``future`` of ``loop``: for the I/O thread."""
+
+    def settle(error: BaseException | None) -> None:
+        def apply() -> None:
+            if future.done():
+                return
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
+
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(apply)
+
+    return settle

@@ -16,14 +16,23 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
-from danaus.transports.base import Buffer, FrameHandler, LossHandler, ProcLoss, Transport
+from danaus.core.errors import SupervisionError
+from danaus.transports.base import (
+    Buffer,
+    FrameHandler,
+    LossHandler,
+    MemoryHandle,
+    ProcLoss,
+    Transport,
+)
 from danaus.transports.tcp import control
 from danaus.transports.tcp.control import CONTROL, DATA
-from danaus.transports.tcp.ioloop import IoLoop
+from danaus.transports.tcp.ioloop import IoLoop, settler
+from danaus.transports.tcp.memory import MEMORY, MemoryService
 from danaus.transports.tcp.security import JobKeys
 
 if TYPE_CHECKING:
@@ -37,6 +46,9 @@ RECV_BATCH = 256
 
 class TcpTransport(Transport):
     """The zmq endpoint of one proc (one per OS process)."""
+
+    memory_backend = "tcp"
+    memory_one_sided = False
 
     def __init__(
         self,
@@ -70,10 +82,11 @@ class TcpTransport(Transport):
         self._addresses: dict[str, str] = {}
         if controller_address is not None:
             self._addresses[ROOT] = controller_address
-        self._pending: dict[str, list[list[Buffer]]] = {}
+        self._pending: dict[str, list[list[Any]]] = {}
         self._lost: dict[str, ProcLoss] = {}
         self._on_frames: FrameHandler | None = None
         self._on_loss: LossHandler | None = None
+        self.memory = MemoryService(proc_id, self._send_raw)
 
     # ---- the contract (any thread) ----------------------------------------------------
 
@@ -91,6 +104,41 @@ class TcpTransport(Transport):
     def close(self) -> None:
         self.io.call_soon(self._close)
 
+    def register(self, buffer: memoryview) -> MemoryHandle:
+        return self.memory.register(buffer)
+
+    def unregister(self, handle: MemoryHandle) -> None:
+        self.io.call_soon(self.memory.unregister, handle)
+
+    async def read(self, handle: MemoryHandle, offset: int, dst: memoryview) -> None:
+        await self._memory_op(handle, offset, dst, write=False)
+
+    async def write(self, handle: MemoryHandle, offset: int, src: memoryview) -> None:
+        await self._memory_op(handle, offset, src, write=True)
+
+    async def _memory_op(
+        self, handle: MemoryHandle, offset: int, view: memoryview, write: bool
+    ) -> None:
+        future: asyncio.Future[None] = self.loop.create_future()
+        self.io.call_soon(
+            self._start_memory, handle, offset, view, write, settler(self.loop, future)
+        )
+        await future
+
+    def _start_memory(
+        self,
+        handle: MemoryHandle,
+        offset: int,
+        view: memoryview,
+        write: bool,
+        settle: Callable[[BaseException | None], None],
+    ) -> None:
+        loss = self._lost.get(handle.owner)
+        if loss is not None:
+            settle(SupervisionError(f"the owner of the memory is gone: {loss.describe()}", loss))
+        else:
+            self.memory.start(handle, offset, view, write, settle)
+
     # ---- I/O thread ---------------------------------------------------------------------
 
     def _send(self, dest: str, frames: Sequence[Buffer]) -> None:
@@ -101,11 +149,17 @@ class TcpTransport(Transport):
         if dest in self._lost:
             self._report(self._lost[dest])
             return
+        self._send_raw(dest, [DATA, *frames])
+
+    def _send_raw(self, dest: str, message: list[Any]) -> None:
+        """Send a whole zmq message (kind frame first), or queue it until ``dest`` is found."""
+        if dest in self._lost:
+            return
         dealer = self._dealer(dest)
         if dealer is None:
-            self._pending.setdefault(dest, []).append(list(frames))
+            self._pending.setdefault(dest, []).append(message)
             return
-        dealer.send_multipart([DATA, *frames], copy=False)
+        dealer.send_multipart(message, copy=False)
 
     def send_control(self, dest: str, message: control.Control) -> None:
         """Send a control message (I/O thread only)."""
@@ -172,6 +226,13 @@ class TcpTransport(Transport):
             kind = message[1].bytes
             if kind == DATA:
                 batch.append((src, [frame.buffer for frame in message[2:]]))
+            elif kind == MEMORY:
+                try:
+                    self.memory.handle(src, [frame.buffer for frame in message[2:]])
+                except ValueError as exc:
+                    log.error(
+                        "proc %s: rejected a memory message from %s: %s", self.proc_id, src, exc
+                    )
             elif kind == CONTROL and len(message) == 3:
                 try:
                     self._handle_control(src, control.decode(message[2].buffer))
@@ -204,8 +265,8 @@ class TcpTransport(Transport):
         waiting = self._pending.pop(proc, [])
         dealer = self._dealer(proc)
         assert dealer is not None
-        for frames in waiting:
-            dealer.send_multipart([DATA, *frames], copy=False)
+        for message in waiting:
+            dealer.send_multipart(message, copy=False)
 
     def _peer_lost(self, loss: ProcLoss) -> None:
         if loss.proc in self._lost:
@@ -215,6 +276,7 @@ class TcpTransport(Transport):
         dealer = self._dealers.pop(loss.proc, None)
         if dealer is not None:
             dealer.close(0)
+        self.memory.lost(loss)
         self._report(loss)
 
     def _report(self, loss: ProcLoss) -> None:

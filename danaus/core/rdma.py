@@ -1,0 +1,255 @@
+"""RDMABuffer: memory any proc can read or write directly, by passing a small handle around.
+
+A proc registers memory (a tensor, a numpy array, a writable memoryview) with
+its transport, without copying it, and hands the `RDMABuffer` (it pickles to a
+handle of a few dozen bytes) to other actors. They ``read_into`` their own
+memory or ``write_from`` it; the owner's actors take no part, so a busy
+endpoint does not slow a transfer. Control messages go one way, bulk data
+another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import warnings
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from danaus.core.context import context
+from danaus.core.errors import MeshStoppedError
+from danaus.core.future import Future
+from danaus.core.runtime import Runtime
+from danaus.transports.base import MemoryHandle, Transport
+
+DEFAULT_TIMEOUT = 60.0
+
+
+class RDMAFallbackWarning(UserWarning):
+    """The transport moves RDMABuffer data over its sockets, not over RDMA hardware."""
+
+
+@dataclass(frozen=True)
+class Backend:
+    """What moves RDMABuffer data on the current transport."""
+
+    name: str
+    one_sided: bool
+    devices: frozenset[str]
+
+    @property
+    def fallback(self) -> bool:
+        """True when no RDMA hardware is involved (the owner's transport serves transfers)."""
+        return self.name not in ("verbs", "ucx", "sim") or not self.one_sided
+
+    def describe(self) -> str:
+        if self.name == "sim":
+            return "sim: one-sided transfers simulated on the network model"
+        if self.fallback:
+            return (
+                f"{self.name}: a fallback without RDMA hardware; the owner's I/O thread "
+                "serves each transfer over the transport's sockets"
+            )
+        return f"{self.name}: one-sided RDMA"
+
+
+def backend() -> Backend:
+    """The RDMA backend of the transport this process runs on."""
+    transport = _runtime().transport
+    return _backend_of(transport)
+
+
+def _backend_of(transport: Transport) -> Backend:
+    return Backend(transport.memory_backend, transport.memory_one_sided, transport.memory_devices)
+
+
+def _runtime() -> Runtime:
+    return context().actor_instance._runtime
+
+
+def _check_device(data: Any, transport: Transport) -> None:
+    """GPU memory only where the transport can reach it; a clear error elsewhere."""
+    device = getattr(getattr(data, "device", None), "type", "cpu")
+    if device not in transport.memory_devices:
+        raise ValueError(
+            f"the {transport.memory_backend} RDMA backend cannot reach {device} memory "
+            f"(it reaches {', '.join(sorted(transport.memory_devices))} memory)"
+        )
+
+
+def as_bytes(data: Any, *, writable: bool, what: str) -> memoryview:
+    """A flat byte view of ``data``'s memory, without copying it."""
+    if isinstance(data, memoryview):
+        view = data
+    elif isinstance(data, (bytes, bytearray)):
+        view = memoryview(data)
+    elif "torch" in sys.modules and isinstance(data, sys.modules["torch"].Tensor):
+        if not data.is_contiguous():
+            raise ValueError(f"{what} must be a contiguous tensor")
+        flat = data.detach().reshape(-1)
+        view = memoryview(flat.view(sys.modules["torch"].uint8).numpy())
+    elif hasattr(data, "__array_interface__"):
+        if not data.flags["C_CONTIGUOUS"]:
+            raise ValueError(f"{what} must be a C-contiguous array")
+        view = memoryview(data)
+    else:
+        raise TypeError(
+            f"{what} must be a tensor, a numpy array or a memoryview, not {type(data).__name__}"
+        )
+    if not view.c_contiguous:
+        raise ValueError(f"{what} must be C-contiguous")
+    if writable and view.readonly:
+        raise ValueError(f"{what} must be writable")
+    return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+
+
+_warned = False
+
+
+class RDMABuffer:
+    """Registered memory others can read and write: ``RDMABuffer(tensor)``.
+
+    Accepts a contiguous tensor (a view of one is fine), a C-contiguous numpy
+    array, or a C-contiguous writable memoryview; nothing is copied, so keep the
+    memory alive while the buffer is in use and do not change it during a
+    transfer. It pickles to a small handle: pass it to any actor.
+    """
+
+    def __init__(self, data: Any) -> None:
+        runtime = _runtime()
+        _check_device(data, runtime.transport)
+        view = as_bytes(data, writable=True, what="an RDMABuffer's memory")
+        if view.nbytes == 0:
+            raise ValueError("an RDMABuffer cannot be empty")
+        self._handle = runtime.transport.register(view)
+        self._data = data
+        self._dropped = False
+        info = _backend_of(runtime.transport)
+        global _warned
+        if info.fallback and not _warned:
+            _warned = True
+            warnings.warn(info.describe(), RDMAFallbackWarning, stacklevel=2)
+
+    @classmethod
+    def _from_handle(cls, handle: MemoryHandle) -> RDMABuffer:
+        buffer = cls.__new__(cls)
+        buffer._handle = handle
+        buffer._data = None
+        buffer._dropped = False
+        return buffer
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RDMABuffer._from_handle, (self._handle,))
+
+    def size(self) -> int:
+        """The buffer's size in bytes."""
+        return self._handle.size
+
+    @property
+    def owner(self) -> str:
+        """The proc whose memory this is."""
+        return self._handle.owner
+
+    @property
+    def backend(self) -> str:
+        """The transport that moves this buffer's data."""
+        return self._handle.backend
+
+    def read_into(self, dst: Any, *, timeout: float = DEFAULT_TIMEOUT) -> Future[None]:
+        """Copy the whole buffer into ``dst`` (at least `size` bytes)."""
+        return self._read(self._destination(dst), timeout)
+
+    def write_from(self, src: Any, *, timeout: float = DEFAULT_TIMEOUT) -> Future[None]:
+        """Copy ``src`` (at most `size` bytes) into the start of the buffer."""
+        return self._write(self._source(src), timeout)
+
+    def _destination(self, dst: Any) -> memoryview:
+        _check_device(dst, _runtime().transport)
+        view = as_bytes(dst, writable=True, what="read_into's destination")
+        if view.nbytes < self.size():
+            raise ValueError(
+                f"read_into needs {self.size()} bytes; the destination has {view.nbytes}"
+            )
+        return view[: self.size()]
+
+    def _source(self, src: Any) -> memoryview:
+        _check_device(src, _runtime().transport)
+        view = as_bytes(src, writable=False, what="write_from's source")
+        if view.nbytes > self.size():
+            raise ValueError(f"write_from has {view.nbytes} bytes for a buffer of {self.size()}")
+        return view
+
+    def _read(self, view: memoryview, timeout: float) -> Future[None]:
+        return self._transfer(lambda t: t.read(self._handle, 0, view), timeout)
+
+    def _write(self, view: memoryview, timeout: float) -> Future[None]:
+        return self._transfer(lambda t: t.write(self._handle, 0, view), timeout)
+
+    def drop(self) -> Future[None]:
+        """Unregister the memory: later transfers, by anyone, fail."""
+        runtime = _runtime()
+        self._dropped = True
+        runtime.transport.unregister(self._handle)
+
+        async def dropped() -> None:
+            return None
+
+        return runtime.submit(dropped())
+
+    def _transfer(
+        self, start: Callable[[Transport], Coroutine[Any, Any, None]], timeout: float
+    ) -> Future[None]:
+        if self._dropped:
+            raise MeshStoppedError("this RDMABuffer was dropped")
+        runtime = _runtime()
+        runtime.watch(self._handle.owner)
+
+        async def run() -> None:
+            try:
+                await asyncio.wait_for(start(runtime.transport), timeout)
+            except asyncio.TimeoutError:
+                raise TimeoutError(
+                    f"no answer from {self._handle.owner} within {timeout} s"
+                ) from None
+
+        return runtime.submit(run())
+
+    def __repr__(self) -> str:
+        return f"<RDMABuffer {self.size()} bytes on {self.owner} ({self.backend})>"
+
+
+class RDMAAction:
+    """Several transfers submitted together and run concurrently."""
+
+    def __init__(self) -> None:
+        self._steps: list[Callable[[float], Future[None]]] = []
+
+    def read_into(self, buffer: RDMABuffer, dst: Any) -> RDMAAction:
+        """Add a read of ``buffer`` into ``dst`` (checked now)."""
+        view = buffer._destination(dst)
+        self._steps.append(lambda timeout: buffer._read(view, timeout))
+        return self
+
+    def write_from(self, buffer: RDMABuffer, src: Any) -> RDMAAction:
+        """Add a write of ``src`` into ``buffer`` (checked now)."""
+        view = buffer._source(src)
+        self._steps.append(lambda timeout: buffer._write(view, timeout))
+        return self
+
+    def fetch_add(self, *args: Any, **kwargs: Any) -> RDMAAction:
+        raise NotImplementedError("atomic fetch_add is not supported")
+
+    def compare_and_swap(self, *args: Any, **kwargs: Any) -> RDMAAction:
+        raise NotImplementedError("atomic compare_and_swap is not supported")
+
+    def submit(self, *, timeout: float = DEFAULT_TIMEOUT) -> Future[None]:
+        """Start every transfer at once; the future settles when all are done (or one fails)."""
+        futures = [step(timeout) for step in self._steps]
+        runtime = _runtime()
+
+        async def all_done() -> None:
+            for future in futures:
+                await future
+
+        return runtime.submit(all_done())

@@ -1,0 +1,12 @@
+"""RDMA buffers: register memory once, let any actor read or write it directly.
+
+    buffer = RDMABuffer(weights)          # on the owner: no copy
+    other.pull.call_one(buffer).get()     # elsewhere: buffer.read_into(local).get()
+
+`backend()` says what moves the data on the current transport, and whether it
+is a fallback without RDMA hardware.
+"""
+
+from danaus.core.rdma import Backend, RDMAAction, RDMABuffer, RDMAFallbackWarning, backend
+
+__all__ = ["Backend", "RDMAAction", "RDMABuffer", "RDMAFallbackWarning", "backend"]

@@ -1,0 +1,215 @@
+"""Registered memory over tcp: reads and writes served by the owner's I/O thread.
+
+There is no RDMA hardware behind this: a read is a request to the owner's
+transport, which answers with the bytes straight from the registered memory
+(no copy on the sending side: zmq sends the memory itself), in pipelined
+chunks; the reader copies each chunk into the destination as it arrives. A
+write is the mirror image. No actor of the owner takes part, and a busy or
+blocked endpoint does not delay a transfer. Everything travels on the job's
+authenticated sockets.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from danaus.core.errors import SupervisionError
+from danaus.transports.base import MemoryHandle, ProcLoss
+
+MEMORY = b"M"
+CHUNK = 8 * 1024 * 1024
+"""Bytes per message of a transfer: large enough to stream, small enough to pipeline."""
+
+
+class Read(msgspec.Struct, tag="read", array_like=True):
+    op: int
+    key: int
+    offset: int
+    length: int
+
+
+class Data(msgspec.Struct, tag="data", array_like=True):
+    """Bytes for ``op`` at ``position`` (relative to its start), in the next frame."""
+
+    op: int
+    position: int
+    error: str | None = None
+
+
+class Write(msgspec.Struct, tag="write", array_like=True):
+    """Bytes to store at ``offset`` of buffer ``key``, in the next frame."""
+
+    op: int
+    key: int
+    offset: int
+
+
+class Ack(msgspec.Struct, tag="ack", array_like=True):
+    op: int
+    length: int
+    error: str | None = None
+
+
+class Drop(msgspec.Struct, tag="drop", array_like=True):
+    key: int
+
+
+Request = Read | Data | Write | Ack | Drop
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(Request)
+
+
+def decode(frame: Any) -> Request:
+    try:
+        return _decoder.decode(frame)
+    except (msgspec.MsgspecError, ValueError) as exc:
+        raise ValueError(f"bad memory message: {exc}") from None
+
+
+@dataclass
+class _Op:
+    """A transfer this proc started, waiting for its bytes or acknowledgments."""
+
+    owner: str
+    view: memoryview
+    remaining: int
+    settle: Callable[[BaseException | None], None]
+
+
+class MemoryService:
+    """One proc's registered memory, and the transfers it has under way (I/O thread)."""
+
+    def __init__(self, proc: str, send: Callable[[str, list[Any]], None]) -> None:
+        self._proc = proc
+        self._send = send
+        self._buffers: dict[int, memoryview] = {}
+        self._keys = itertools.count(1)
+        self._ops: dict[int, _Op] = {}
+        self._op_ids = itertools.count(1)
+
+    def register(self, view: memoryview) -> MemoryHandle:
+        key = next(self._keys)
+        self._buffers[key] = view
+        return MemoryHandle(self._proc, key, view.nbytes, "tcp")
+
+    def unregister(self, handle: MemoryHandle) -> None:
+        """Forget a buffer here, or ask its owner to (I/O thread)."""
+        if handle.owner == self._proc:
+            self._buffers.pop(handle.key, None)
+        else:
+            self._send(handle.owner, [MEMORY, _encoder.encode(Drop(handle.key))])
+
+    def start(
+        self,
+        handle: MemoryHandle,
+        offset: int,
+        view: memoryview,
+        write: bool,
+        settle: Callable[[BaseException | None], None],
+    ) -> None:
+        """Begin a read into ``view`` (or a write from it) of remote memory (I/O thread)."""
+        if handle.owner == self._proc:
+            settle(self._local(handle, offset, view, write))
+            return
+        op = next(self._op_ids)
+        self._ops[op] = _Op(handle.owner, view, view.nbytes, settle)
+        if not write:
+            request = Read(op, handle.key, offset, view.nbytes)
+            self._send(handle.owner, [MEMORY, _encoder.encode(request)])
+            return
+        for position in range(0, view.nbytes, CHUNK):
+            chunk = view[position : position + CHUNK]
+            header = _encoder.encode(Write(op, handle.key, offset + position))
+            self._send(handle.owner, [MEMORY, header, chunk])
+
+    def _local(
+        self, handle: MemoryHandle, offset: int, view: memoryview, write: bool
+    ) -> BaseException | None:
+        memory = self._buffers.get(handle.key)
+        if memory is None:
+            return RuntimeError("the RDMA buffer was dropped by its owner")
+        end = offset + view.nbytes
+        if write:
+            memory[offset:end] = view
+        else:
+            view[:] = memory[offset:end]
+        return None
+
+    def handle(self, src: str, frames: list[Any]) -> None:
+        """A memory message arrived from ``src`` (I/O thread)."""
+        message = decode(frames[0])
+        data = frames[1] if len(frames) > 1 else None
+        if isinstance(message, Read):
+            self._serve_read(src, message)
+        elif isinstance(message, Write):
+            self._serve_write(src, message, data)
+        elif isinstance(message, Drop):
+            self._buffers.pop(message.key, None)
+        elif isinstance(message, Data):
+            self._arrived(message.op, message.error, data, message.position)
+        else:
+            self._acked(message)
+
+    def _serve_read(self, src: str, request: Read) -> None:
+        memory = self._buffers.get(request.key)
+        if memory is None or request.offset + request.length > memory.nbytes:
+            error = "the RDMA buffer was dropped by its owner" if memory is None else "out of range"
+            self._send(src, [MEMORY, _encoder.encode(Data(request.op, 0, error))])
+            return
+        for position in range(0, request.length, CHUNK):
+            start = request.offset + position
+            chunk = memory[start : start + min(CHUNK, request.length - position)]
+            self._send(src, [MEMORY, _encoder.encode(Data(request.op, position)), chunk])
+
+    def _serve_write(self, src: str, request: Write, data: Any) -> None:
+        memory = self._buffers.get(request.key)
+        length = memoryview(data).nbytes if data is not None else 0
+        error = None
+        if memory is None:
+            error = "the RDMA buffer was dropped by its owner"
+        elif request.offset + length > memory.nbytes:
+            error = "out of range"
+        else:
+            memory[request.offset : request.offset + length] = data
+        self._send(src, [MEMORY, _encoder.encode(Ack(request.op, length, error))])
+
+    def _arrived(self, op_id: int, error: str | None, data: Any, position: int) -> None:
+        op = self._ops.get(op_id)
+        if op is None:
+            return
+        if error is not None or data is None:
+            self._finish(op_id, RuntimeError(error or "a memory answer came without its bytes"))
+            return
+        chunk = memoryview(data)
+        op.view[position : position + chunk.nbytes] = chunk
+        op.remaining -= chunk.nbytes
+        if op.remaining <= 0:
+            self._finish(op_id, None)
+
+    def _acked(self, ack: Ack) -> None:
+        op = self._ops.get(ack.op)
+        if op is None:
+            return
+        if ack.error is not None:
+            self._finish(ack.op, RuntimeError(ack.error))
+            return
+        op.remaining -= ack.length
+        if op.remaining <= 0:
+            self._finish(ack.op, None)
+
+    def _finish(self, op_id: int, error: BaseException | None) -> None:
+        op = self._ops.pop(op_id, None)
+        if op is not None:
+            op.settle(error)
+
+    def lost(self, loss: ProcLoss) -> None:
+        """Transfers with a lost proc fail (I/O thread)."""
+        error = SupervisionError(f"the owner of the memory is gone: {loss.describe()}", loss)
+        for op_id in [i for i, op in self._ops.items() if op.owner == loss.proc]:
+            self._finish(op_id, error)

@@ -1,0 +1,283 @@
+"""RDMA buffers: one-sided reads and writes of registered memory, on every transport."""
+
+from __future__ import annotations
+
+import zlib
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from danaus import Actor, Channel, Port, SupervisionError, endpoint, this_host
+from danaus.chaos import crash
+from danaus.rdma import RDMAAction, RDMABuffer, backend
+from tests.conformance.test_supervision import record_root_failures
+
+MiB = 1 << 20
+
+
+def checksum(data: object) -> int:
+    return zlib.crc32(memoryview(np.ascontiguousarray(data)).cast("B"))
+
+
+def tensor(dtype: str, count: int, seed: int):
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    if dtype == "bool":
+        return torch.randint(0, 2, (count,), generator=generator).bool()
+    if dtype in ("int64", "uint8"):
+        return torch.randint(0, 120, (count,), generator=generator).to(getattr(torch, dtype))
+    return torch.rand(count, generator=generator).to(getattr(torch, dtype))
+
+
+def tensor_checksum(t) -> int:
+    import torch
+
+    return zlib.crc32(t.contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+
+
+class Owner(Actor):
+    """Owns memory and hands out buffers over it."""
+
+    def __init__(self) -> None:
+        self.memory: dict[str, object] = {}
+        self.buffers: dict[str, RDMABuffer] = {}
+
+    @endpoint
+    def share_bytes(self, name: str, size: int, seed: int) -> tuple[RDMABuffer, int]:
+        data = np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8)
+        self.memory[name] = data
+        self.buffers[name] = RDMABuffer(data)
+        return self.buffers[name], checksum(data)
+
+    @endpoint
+    def share_tensor(self, name: str, dtype: str, count: int) -> tuple[RDMABuffer, int]:
+        data = tensor(dtype, count, seed=count)
+        self.memory[name] = data
+        self.buffers[name] = RDMABuffer(data)
+        return self.buffers[name], tensor_checksum(data)
+
+    @endpoint
+    def share_slices(self, parts: int, size: int) -> list[RDMABuffer]:
+        data = np.zeros(parts * size, dtype=np.uint8)
+        self.memory["slices"] = data
+        return [RDMABuffer(data[i * size : (i + 1) * size]) for i in range(parts)]
+
+    @endpoint
+    def checksum_of(self, name: str) -> int:
+        return checksum(self.memory[name])
+
+    @endpoint
+    def drop(self, name: str) -> None:
+        self.buffers[name].drop().get()
+
+    @endpoint
+    def block_until_released(self, started: Port[Port[str]]) -> str:
+        """Stay in this endpoint until the port it hands out is sent to."""
+        release, waiter = Channel.open()
+        started.send(release)
+        return waiter.recv().get(timeout=120)
+
+    @endpoint
+    def slices(self) -> bytes:
+        return bytes(self.memory["slices"])
+
+
+class Reader(Actor):
+    @endpoint
+    def pull(self, buffer: RDMABuffer) -> int:
+        out = np.empty(buffer.size(), dtype=np.uint8)
+        buffer.read_into(out).get(timeout=120)
+        return checksum(out)
+
+    @endpoint
+    def pull_tensor(self, buffer: RDMABuffer, dtype: str, count: int) -> int:
+        import torch
+
+        out = torch.empty(count, dtype=getattr(torch, dtype))
+        buffer.read_into(out).get(timeout=120)
+        return tensor_checksum(out)
+
+    @endpoint
+    def push(self, buffer: RDMABuffer, value: int) -> None:
+        buffer.write_from(np.full(buffer.size(), value, dtype=np.uint8)).get(timeout=120)
+
+    @endpoint
+    def push_slice(self, buffers: list[RDMABuffer], index: int) -> int:
+        buffer = buffers[index]
+        buffer.write_from(np.full(buffer.size(), index + 1, dtype=np.uint8)).get(timeout=120)
+        back = np.empty(buffer.size(), dtype=np.uint8)
+        buffer.read_into(back).get(timeout=120)
+        return int(back.sum())
+
+    @endpoint
+    def relay(self, buffer: RDMABuffer, next_reader: object) -> int:
+        return next_reader.pull.call_one(buffer).get(timeout=120)
+
+
+def two_procs():
+    procs = this_host().spawn_procs({"w": 2})
+    return procs.slice(w=0).spawn("owner", Owner), procs.slice(w=1).spawn("reader", Reader)
+
+
+@pytest.mark.parametrize("size", [1, 3, 4093, MiB + 7])
+def test_bytes_round_trip(run, size):
+    def main():
+        owner, reader = two_procs()
+        buffer, expected = owner.share_bytes.call_one("b", size, size).get()
+        assert buffer.size() == size
+        pulled = reader.pull.call_one(buffer).get()
+        reader.push.call_one(buffer, 9).get()
+        return expected, pulled, owner.checksum_of.call_one("b").get()
+
+    expected, pulled, after_write = run(main)
+    assert pulled == expected
+    assert after_write == zlib.crc32(bytes([9]) * size)
+
+
+TENSORS = [("float32", 1), ("float64", 1001), ("int64", 33), ("bfloat16", 4097), ("bool", 5)]
+
+
+def test_tensor_round_trip(run):
+    def main():
+        owner, reader = two_procs()
+        results = []
+        for dtype, count in TENSORS:
+            buffer, expected = owner.share_tensor.call_one(dtype, dtype, count).get()
+            results.append((expected, reader.pull_tensor.call_one(buffer, dtype, count).get()))
+        return results
+
+    for expected, pulled in run(main):
+        assert pulled == expected
+
+
+def test_256_mib_round_trip(run):
+    def main():
+        owner, reader = two_procs()
+        buffer, expected = owner.share_bytes.call_one("big", 256 * MiB, 1).get()
+        pulled = reader.pull.call_one(buffer).get(timeout=300)
+        reader.push.call_one(buffer, 3).get(timeout=300)
+        return expected, pulled, owner.checksum_of.call_one("big").get(timeout=300)
+
+    expected, pulled, after_write = run(main)
+    assert pulled == expected
+    assert after_write == zlib.crc32(bytes([3]) * 256 * MiB)
+
+
+def test_reads_complete_while_the_owner_is_busy(run):
+    def main():
+        owner, reader = two_procs()
+        buffer, expected = owner.share_bytes.call_one("b", MiB, 5).get()
+        started, blocked = Channel.open()
+        busy = owner.block_until_released.call_one(started)
+        release = blocked.recv().get(timeout=60)
+        pulled = reader.pull.call_one(buffer).get(timeout=60)
+        assert not busy.done()
+        release.send("go")
+        return expected, pulled, busy.get(timeout=60)
+
+    expected, pulled, answer = run(main)
+    assert pulled == expected
+    assert answer == "go"
+
+
+def test_many_actors_write_distinct_slices_concurrently(run):
+    def main():
+        procs = this_host().spawn_procs({"w": 4})
+        owner = procs.slice(w=0).spawn("owner", Owner)
+        writers = procs.spawn("writers", Reader)
+        buffers = owner.share_slices.call_one(4, 1000).get()
+        sums = [
+            f.get(timeout=60)
+            for f in (writers.slice(w=i).push_slice.call_one(buffers, i) for i in range(4))
+        ]
+        return sums, owner.slices.call_one().get()
+
+    sums, memory = run(main)
+    assert sums == [1000 * (i + 1) for i in range(4)]
+    assert memory == b"".join(bytes([i + 1]) * 1000 for i in range(4))
+
+
+def test_a_dropped_buffer_cannot_be_read(run):
+    def main():
+        owner, reader = two_procs()
+        buffer, _ = owner.share_bytes.call_one("b", 100, 1).get()
+        owner.drop.call_one("b").get()
+        with pytest.raises(Exception, match="dropped"):
+            reader.pull.call_one(buffer).get(timeout=60)
+        return True
+
+    assert run(main)
+
+
+def test_a_killed_owner_fails_the_transfer(run):
+    def main():
+        failures = record_root_failures()
+        owner, _ = two_procs()
+        buffer, _ = owner.share_bytes.call_one("big", 64 * MiB, 2).get()
+        out = np.empty(buffer.size(), dtype=np.uint8)
+        transfer = buffer.read_into(out, timeout=120)
+        crash(owner)
+        with pytest.raises(SupervisionError):
+            transfer.get(timeout=120)
+        with pytest.raises(SupervisionError):
+            buffer.read_into(out).get(timeout=120)
+        return failures.recv().get(timeout=60).mesh_name
+
+    assert run(main) == "owner"
+
+
+def test_bad_sizes_and_memory_raise_at_the_call_site(run):
+    def main():
+        owner, _ = two_procs()
+        buffer, _ = owner.share_bytes.call_one("b", 100, 1).get()
+        with pytest.raises(ValueError, match="needs 100 bytes"):
+            buffer.read_into(np.empty(99, dtype=np.uint8))
+        with pytest.raises(ValueError, match="101 bytes"):
+            buffer.write_from(np.empty(101, dtype=np.uint8))
+        with pytest.raises(ValueError, match="empty"):
+            RDMABuffer(np.empty(0, dtype=np.uint8))
+        with pytest.raises(ValueError, match="contiguous"):
+            RDMABuffer(np.zeros((4, 4), dtype=np.uint8)[:, 1])
+        with pytest.raises(ValueError, match="writable"):
+            RDMABuffer(memoryview(b"read only"))
+        with pytest.raises(TypeError):
+            RDMABuffer("text")
+        gpu = SimpleNamespace(device=SimpleNamespace(type="cuda"))
+        with pytest.raises(ValueError, match="cannot reach cuda memory"):
+            RDMABuffer(gpu)
+        return backend().name
+
+    assert run(main) in ("sim", "tcp", "ucx", "verbs")
+
+
+def test_a_buffer_passed_through_two_hops_still_works(run):
+    def main():
+        procs = this_host().spawn_procs({"w": 3})
+        owner = procs.slice(w=0).spawn("owner", Owner)
+        first = procs.slice(w=1).spawn("first", Reader)
+        second = procs.slice(w=2).spawn("second", Reader)
+        buffer, expected = owner.share_bytes.call_one("b", 5000, 8).get()
+        return expected, first.relay.call_one(buffer, second).get(timeout=60)
+
+    expected, relayed = run(main)
+    assert relayed == expected
+
+
+def test_a_batch_of_transfers_runs_together(run):
+    def main():
+        owner, _ = two_procs()
+        a, expected_a = owner.share_bytes.call_one("a", 3000, 1).get()
+        b, _ = owner.share_bytes.call_one("b", 2000, 2).get()
+        out_a = np.empty(3000, dtype=np.uint8)
+        RDMAAction().read_into(a, out_a).write_from(b, np.full(2000, 4, np.uint8)).submit().get(
+            timeout=60
+        )
+        with pytest.raises(NotImplementedError):
+            RDMAAction().fetch_add(a, 1)
+        return expected_a, checksum(out_a), owner.checksum_of.call_one("b").get()
+
+    expected_a, got_a, b_after = run(main)
+    assert got_a == expected_a
+    assert b_after == zlib.crc32(bytes([4]) * 2000)
