@@ -280,7 +280,8 @@ class ProcMesh(_Mesh):
 
     def host_of(self, base: int) -> HostMesh:
         """The host of the member at position ``base`` of the proc list, as a mesh of one."""
-        return HostMesh.single(self._host_mesh._procs[base // self._per_host])
+        hosts = self._host_mesh
+        return HostMesh.single(hosts._procs[hosts._shape.ranks()[base // self._per_host]])
 
     def spawn(
         self,
@@ -425,13 +426,20 @@ class ActorMesh(_Mesh, Generic[T]):
                 await agent_of(procs[base]).stop_actor.call(self._mesh_id, STOP_TIMEOUT)
 
     async def _respawn(self, bases: list[int], runtime: Runtime) -> None:
-        """Spawn the members at these positions again; those whose proc died get a new proc."""
+        """Spawn the members at these positions again; those whose proc died get a new proc.
+
+        Restarts of other members may run meanwhile: the member list is read again
+        after the new procs are up, and only these positions change.
+        """
         life = self._life
         assert life is not None and life.spawn is not None and self._proc_mesh is not None
-        procs = list(self._members())
+        moved = {}
         for base in bases:
-            if runtime.is_lost(procs[base]):
-                procs[base] = await self._replacement_proc(base)
+            if runtime.is_lost(self._members()[base]):
+                moved[base] = await self._replacement_proc(base)
+        procs = list(self._members())
+        for base, proc in moved.items():
+            procs[base] = proc
         life.procs = procs
         life.incarnation += 1
         for index, base in enumerate(self._shape.ranks()):

@@ -175,6 +175,8 @@ class QueueHandler(PortHandler):
         value, exc = decode(payload, error)
         if self.ranked and exc is None:
             value = (rank, value)
+        while self.waiters and self.waiters[0].done():
+            self.waiters.popleft()
         if self.waiters:
             _settle(self.waiters.popleft(), value, exc)
         else:
