@@ -1,0 +1,271 @@
+"""The messaging workloads, written once for any framework with Monarch's actor API.
+
+`messaging.py` runs them on Danaus and `_monarch_peer.py` runs them on
+torchmonarch, each in its own process and virtualenv. This module imports
+neither framework: the caller hands it a `Framework` that knows how to spawn
+procs and a benchmark actor, and it returns plain numbers.
+
+The actor it expects has two endpoints: ``echo(x)`` returns ``x``, and
+``length(payload)`` returns the payload's length in bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+MIB = 1024 * 1024
+PROCS = 4
+SETUP_TIMEOUT = 120.0
+"""Seconds a mesh may take to answer its first call before the workload is reported failed."""
+
+# Which way each headline metric is better; the report's ratios are named after it.
+DIRECTION = {
+    "median_us": "lower",
+    "p99_us": "lower",
+    "calls_per_s": "higher",
+    "mb_per_s": "higher",
+    "median_s": "lower",
+}
+
+
+@dataclass(frozen=True)
+class Counts:
+    """How much work each workload does."""
+
+    rtt_warmup: int
+    rtt_calls: int
+    pipelined_warmup: int
+    pipelined_calls: int
+    broadcast_warmup: int
+    broadcast_calls: int
+    payload_warmup: int
+    payload_calls: dict[int, int]
+    mesh_up_runs: int
+
+
+FULL = Counts(
+    rtt_warmup=200,
+    rtt_calls=2000,
+    pipelined_warmup=1000,
+    pipelined_calls=10_000,
+    broadcast_warmup=50,
+    broadcast_calls=1000,
+    payload_warmup=2,
+    payload_calls={MIB: 50, 64 * MIB: 10},
+    mesh_up_runs=5,
+)
+
+QUICK = Counts(
+    rtt_warmup=20,
+    rtt_calls=200,
+    pipelined_warmup=50,
+    pipelined_calls=500,
+    broadcast_warmup=2,
+    broadcast_calls=10,
+    payload_warmup=1,
+    payload_calls={MIB: 2, 64 * MIB: 1},
+    mesh_up_runs=2,
+)
+
+
+class Framework(Protocol):
+    """What the workloads need from an actor framework."""
+
+    def spawn_procs(self, count: int) -> Any:
+        """A fresh proc mesh of ``count`` procs on this host, dimension ``gpus``."""
+
+    def spawn(self, procs: Any) -> Any:
+        """The benchmark actor spawned on every proc of ``procs``."""
+
+    def stop(self, procs: Any) -> None:
+        """Stop ``procs`` and wait until they are gone."""
+
+    def tensor(self, nbytes: int) -> Any:
+        """A float32 CPU tensor of ``nbytes`` bytes."""
+
+
+def _us(seconds: float) -> float:
+    return round(seconds * 1e6, 1)
+
+
+def _p99(samples: list[float]) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+
+
+def call_one_rtt(one: Any, counts: Counts) -> dict[str, Any]:
+    """Sequential ``call_one`` round trips of a small argument."""
+    for i in range(counts.rtt_warmup):
+        one.echo.call_one(i).get()
+    samples = []
+    clock = time.perf_counter
+    for i in range(counts.rtt_calls):
+        start = clock()
+        one.echo.call_one(i).get()
+        samples.append(clock() - start)
+    return {
+        "params": {"calls": counts.rtt_calls},
+        "metrics": {
+            "median_us": _us(statistics.median(samples)),
+            "p99_us": _us(_p99(samples)),
+            "mean_us": _us(statistics.fmean(samples)),
+        },
+    }
+
+
+def _pipeline(one: Any, calls: int) -> tuple[float, float]:
+    clock = time.perf_counter
+    start = clock()
+    futures = [one.echo.call_one(i) for i in range(calls)]
+    issued = clock()
+    for i, future in enumerate(futures):
+        if future.get() != i:
+            raise AssertionError(f"call {i} answered out of turn")
+    return issued - start, clock() - start
+
+
+def pipelined(one: Any, counts: Counts) -> dict[str, Any]:
+    """Issue many ``call_one`` calls without waiting, then wait for all of them."""
+    _pipeline(one, counts.pipelined_warmup)
+    issue, total = _pipeline(one, counts.pipelined_calls)
+    return {
+        "params": {"calls": counts.pipelined_calls},
+        "metrics": {
+            "calls_per_s": round(counts.pipelined_calls / total),
+            "issue_calls_per_s": round(counts.pipelined_calls / issue),
+        },
+    }
+
+
+def broadcast_gather(mesh: Any, counts: Counts) -> dict[str, Any]:
+    """``mesh.echo.call(x).get()`` in a loop: one message to every proc, every answer back."""
+    for i in range(counts.broadcast_warmup):
+        mesh.echo.call(i).get()
+    samples = []
+    clock = time.perf_counter
+    for i in range(counts.broadcast_calls):
+        start = clock()
+        mesh.echo.call(i).get()
+        samples.append(clock() - start)
+    return {
+        "params": {"calls": counts.broadcast_calls, "procs": PROCS},
+        "metrics": {
+            "calls_per_s": round(len(samples) / sum(samples)),
+            "median_us": _us(statistics.median(samples)),
+        },
+    }
+
+
+def payload(
+    one: Any, kind: str, make: Callable[[int], Any], nbytes: int, calls: int, warmup: int
+) -> dict[str, Any]:
+    """Round trips of ``call_one`` with a large argument; the answer is only its size."""
+    value = make(nbytes)
+    for _ in range(warmup):
+        one.length.call_one(value).get()
+    samples = []
+    clock = time.perf_counter
+    for _ in range(calls):
+        start = clock()
+        answer = one.length.call_one(value).get()
+        samples.append(clock() - start)
+        if answer != nbytes:
+            raise AssertionError(f"the actor received {answer} bytes, not {nbytes}")
+    median = statistics.median(samples)
+    return {
+        "params": {"kind": kind, "bytes": nbytes, "calls": calls},
+        "metrics": {
+            "mb_per_s": round(nbytes / median / 1e6, 1),
+            "median_ms": round(median * 1e3, 3),
+        },
+    }
+
+
+def mesh_up(fw: Framework, counts: Counts) -> dict[str, Any]:
+    """Seconds from ``spawn_procs`` until a 4-proc actor mesh has answered a first call."""
+    times = []
+    clock = time.perf_counter
+    for _ in range(counts.mesh_up_runs):
+        start = clock()
+        procs = fw.spawn_procs(PROCS)
+        mesh = fw.spawn(procs)
+        mesh.echo.call(0).get(timeout=SETUP_TIMEOUT)
+        times.append(clock() - start)
+        fw.stop(procs)
+    return {
+        "params": {"runs": len(times), "procs": PROCS},
+        "metrics": {
+            "median_s": round(statistics.median(times), 3),
+            "min_s": round(min(times), 3),
+            "first_s": round(times[0], 3),
+        },
+    }
+
+
+def _size_name(nbytes: int) -> str:
+    return f"{nbytes // MIB}MiB"
+
+
+def workload_names(counts: Counts) -> list[str]:
+    """Every workload, in the order `run_all` runs them."""
+    names = ["call_one_rtt", "pipelined_call_one", "broadcast_gather_4"]
+    for kind in ("bytes", "tensor"):
+        names += [f"payload_{kind}_{_size_name(n)}" for n in counts.payload_calls]
+    return [*names, "mesh_up_4"]
+
+
+def run_all(fw: Framework, counts: Counts) -> Iterator[dict[str, Any]]:
+    """Run every workload; yield ``{"workload", "params", "metrics"}`` or ``{"workload", "error"}``.
+
+    A workload that fails yields its error and the rest still run.
+    """
+    steps: list[tuple[str, Callable[[Any, Any], dict[str, Any]]]] = [
+        ("call_one_rtt", lambda mesh, one: call_one_rtt(one, counts)),
+        ("pipelined_call_one", lambda mesh, one: pipelined(one, counts)),
+        ("broadcast_gather_4", lambda mesh, one: broadcast_gather(mesh, counts)),
+    ]
+    makers: dict[str, Callable[[int], Any]] = {"bytes": os.urandom, "tensor": fw.tensor}
+    for kind, maker in makers.items():
+        for nbytes, calls in counts.payload_calls.items():
+            steps.append(
+                (
+                    f"payload_{kind}_{_size_name(nbytes)}",
+                    lambda mesh, one, k=kind, m=maker, n=nbytes, c=calls: payload(
+                        one, k, m, n, c, counts.payload_warmup
+                    ),
+                )
+            )
+    procs = None
+    try:
+        procs = fw.spawn_procs(PROCS)
+        mesh = fw.spawn(procs)
+        mesh.echo.call(0).get(timeout=SETUP_TIMEOUT)
+        one = mesh.slice(gpus=0)
+    except Exception as exc:
+        for name, _ in steps:
+            yield {"workload": name, "error": f"setting up the mesh failed: {_describe(exc)}"}
+        steps = []
+    for name, step in steps:
+        try:
+            yield {"workload": name, **step(mesh, one)}
+        except Exception as exc:
+            yield {"workload": name, "error": _describe(exc)}
+    if procs is not None:
+        try:
+            fw.stop(procs)
+        except Exception as exc:
+            yield {"workload": "stop", "error": _describe(exc)}
+    try:
+        yield {"workload": "mesh_up_4", **mesh_up(fw, counts)}
+    except Exception as exc:
+        yield {"workload": "mesh_up_4", "error": _describe(exc)}
+
+
+def _describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 500 else text[:497] + "..."
