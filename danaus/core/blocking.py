@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -30,11 +31,28 @@ class _EndpointGreenlet(greenlet.greenlet):
     """A greenlet running one sync endpoint call for a `GreenletRunner`."""
 
 
+def _timed_out(timeout: float | None) -> TimeoutError:
+    return TimeoutError(f"no result within {timeout} s")
+
+
 async def _wait(afut: asyncio.Future[Any], timeout: float | None) -> Any:
     try:
         return await asyncio.wait_for(asyncio.shield(afut), timeout)
     except asyncio.TimeoutError:
-        raise TimeoutError(f"no result within {timeout} s") from None
+        if afut.done():
+            return afut.result()
+        raise _timed_out(timeout) from None
+
+
+def _wait_from_thread(
+    loop: asyncio.AbstractEventLoop, afut: asyncio.Future[Any], timeout: float | None
+) -> Any:
+    """Wait on another thread's loop: one callback there, an event here."""
+    done = threading.Event()
+    loop.call_soon_threadsafe(afut.add_done_callback, lambda _: done.set())
+    if not done.wait(timeout):
+        raise _timed_out(timeout)
+    return afut.result()
 
 
 def block_on(
@@ -53,7 +71,7 @@ def block_on(
             "Future.get() would block the event loop it waits on; use `await future` in async code"
         )
     if loop.is_running():
-        return asyncio.run_coroutine_threadsafe(_wait(afut, timeout), loop).result()
+        return _wait_from_thread(loop, afut, timeout)
     return loop.run_until_complete(_wait(afut, timeout))
 
 

@@ -90,9 +90,11 @@ class IoLoop:
                 raise
             for source, _ in ready:
                 if source == self._wake_fd:
-                    self._woken = False
+                    # Drain first, then reset: a call_soon that lands in between
+                    # writes again, so its wake-up is never swallowed.
                     with contextlib.suppress(BlockingIOError):
                         os.eventfd_read(self._wake_fd)
+                    self._woken = False
                     continue
                 handler = self._handlers.get(source)
                 if handler is not None:
