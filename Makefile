@@ -17,7 +17,7 @@ $(BIN)/python:
 # torch is pinned and installed on its own, before the package and its extras.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install torch==2.13.0 numpy
-	$(BIN)/pip install -e ".[test,docs]"
+	$(BIN)/pip install -e ".[test,docs,ucx]"
 	touch $@
 
 demo: install

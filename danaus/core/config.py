@@ -46,10 +46,11 @@ def configure(transport: str | None = None, **options: Any) -> None:
         raise ValueError(f"unknown transport {name!r}; choose one of {', '.join(TRANSPORTS)}")
     _settings.clear()
     _settings.update(options, transport=name)
-    _module(name).configured(**options)
+    transport_module(name).configured(**options)
 
 
-def _module(name: str) -> Any:
+def transport_module(name: str) -> Any:
+    """The package of transport ``name``: it has ``World``, ``configured`` and ``create_world``."""
     if name not in TRANSPORTS:
         raise ValueError(f"unknown transport {name!r}; choose one of {', '.join(TRANSPORTS)}")
     try:
@@ -65,7 +66,7 @@ def current_world() -> World:
     global _world
     if _world is None:
         options = {k: v for k, v in _settings.items() if k != "transport"}
-        module = _module(_transport_name())
+        module = transport_module(_transport_name())
         module.configured(**options)
         install(module.create_world(**options))
     assert _world is not None

@@ -25,6 +25,7 @@ class Bootstrap(msgspec.Struct, frozen=True):
     cwd: str
     trace: bool = False
     bind_host: str = "127.0.0.1"
+    transport: str = "tcp"
 
     def encode(self) -> bytes:
         return msgspec.msgpack.encode(self)

@@ -85,7 +85,7 @@ class LocalLauncher(Launcher):
             name=spec.name,
             host=spec.host,
             host_agent=world.root.proc_id,
-            controller=world.transport.address,
+            controller=world.transport.address.control,
             public_key=world.keys.public,
             secret_key=world.keys.secret,
             heartbeat_interval=world.heartbeat_interval,
@@ -95,6 +95,7 @@ class LocalLauncher(Launcher):
             cwd=os.getcwd(),
             trace=world.trace.enabled,
             bind_host=world.bind_host,
+            transport=world.name,
         )
         try:
             popen = subprocess.Popen(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,9 +39,15 @@ def _runner(name: str, **options: Any) -> Callable[..., Any]:
     return run
 
 
+FAST_HEARTBEATS = {"heartbeat_interval": 0.2, "heartbeat_timeout": 1.5}
+
+
 def available() -> list[Transport]:
     """The transports this machine can run, simulator first."""
-    return [
+    found = [
         Transport("sim", _run_sim, real=False),
-        Transport("tcp", _runner("tcp", heartbeat_interval=0.2, heartbeat_timeout=1.5), real=True),
+        Transport("tcp", _runner("tcp", **FAST_HEARTBEATS), real=True),
     ]
+    if importlib.util.find_spec("ucxx") is not None:
+        found.append(Transport("ucx", _runner("ucx", **FAST_HEARTBEATS), real=True))
+    return found

@@ -32,7 +32,7 @@ class Echo(Actor):
 
     @endpoint
     def address(self) -> str:
-        return context().actor_instance._runtime.transport.address
+        return context().actor_instance._runtime.transport.address.control
 
     @endpoint
     def count(self) -> int:
@@ -108,7 +108,7 @@ def test_member_sending_malformed_frames_is_rejected_with_a_log(echo, caplog):
         member = ctx.socket(zmq.DEALER)
         world.keys.connect_as_client(member)
         member.identity = b"stranger"
-        outcome = _handshake_outcome(member, world.transport.address)
+        outcome = _handshake_outcome(member, world.transport.address.control)
         assert outcome == zmq.EVENT_HANDSHAKE_SUCCEEDED
         member.send_multipart([control.DATA, b"not a header", b"payload"])
         member.send_multipart([control.DATA, b"DNS\x07junk", b"payload"])

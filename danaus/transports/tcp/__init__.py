@@ -6,7 +6,10 @@ from typing import Any
 
 from danaus.transports.tcp.world import HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT, TcpWorld
 
-__all__ = ["TcpWorld", "configured", "create_world"]
+__all__ = ["TcpWorld", "World", "configured", "create_world"]
+
+World = TcpWorld
+"""The world class of this transport (workers make theirs with ``World.worker``)."""
 
 
 def configured(

@@ -15,10 +15,17 @@ DATA = b"D"
 CONTROL = b"C"
 
 
+class Address(msgspec.Struct, frozen=True, array_like=True):
+    """Where a proc receives: control messages (zmq), and data (the transport's own plane)."""
+
+    control: str
+    data: str
+
+
 class Hello(msgspec.Struct, tag="hello", array_like=True):
     """A proc is up and receives at ``address``."""
 
-    address: str
+    address: Address
     pid: int
     host: str
 
@@ -31,7 +38,7 @@ class Where(msgspec.Struct, tag="where", array_like=True):
 
 class At(msgspec.Struct, tag="at", array_like=True):
     proc: str
-    address: str
+    address: Address
 
 
 class Watch(msgspec.Struct, tag="watch", array_like=True):

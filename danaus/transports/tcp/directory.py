@@ -24,7 +24,7 @@ log = logging.getLogger("danaus.directory")
 
 @dataclass
 class _Entry:
-    address: str
+    address: control.Address
     pid: int
     host: str
     last_heard: float = field(default_factory=time.monotonic)
@@ -57,7 +57,7 @@ class Directory:
         self._ping = 0
         io.call_soon(io.call_later, heartbeat_interval, self._heartbeat)
 
-    def register_local(self, proc: str, address: str, pid: int, host: str) -> None:
+    def register_local(self, proc: str, address: control.Address, pid: int, host: str) -> None:
         """Enter a proc of this process (it never needs heartbeats)."""
         self._entries[proc] = _Entry(address, pid, host, float("inf"))
 
@@ -117,7 +117,7 @@ class Directory:
             if requester not in self._losses:
                 self._send(requester, notice)
 
-    def address(self, proc: str) -> str | None:
+    def address(self, proc: str) -> control.Address | None:
         entry = self._entries.get(proc)
         return entry.address if entry is not None else None
 

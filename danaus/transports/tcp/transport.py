@@ -1,10 +1,12 @@
-"""A proc's endpoint over ZeroMQ: one authenticated ROUTER to receive, a DEALER per peer to send.
+"""A proc's endpoint over ZeroMQ: a control plane on the I/O thread, a data plane beside it.
 
-One DEALER per destination keeps messages of a pair in order (one TCP
-connection). All socket work happens on the I/O thread; ``send`` only queues.
-Large frames go out and come in without copies (pyzmq zero-copy above its copy
-threshold); received frames are handed to the runtime as writable memoryviews
-of the zmq messages themselves.
+The control plane is one authenticated ROUTER in and a DEALER per peer out,
+served on the I/O thread: directory lookups, heartbeats, loss notices and RDMA
+transfers, none of which user code can hold up. Core messages travel on the
+data plane (`ZmqPlane` here; UCX on the ucx transport), whose sockets the
+runtime loop's thread serves itself. Large frames go out and come in without
+copies (pyzmq zero-copy above its copy threshold); received frames reach the
+runtime as writable memoryviews of the zmq messages themselves.
 
 Peers are found through the controller's directory: a proc asks where a peer
 receives and queues what it sends until the answer comes. Peers that are lost
@@ -31,6 +33,7 @@ from danaus.transports.base import (
 )
 from danaus.transports.tcp import control
 from danaus.transports.tcp.control import CONTROL, DATA
+from danaus.transports.tcp.data import ZmqPlane
 from danaus.transports.tcp.ioloop import IoLoop, settler
 from danaus.transports.tcp.memory import MEMORY, MemoryService
 from danaus.transports.tcp.security import JobKeys
@@ -75,18 +78,30 @@ class TcpTransport(Transport):
         self.router.rcvhwm = 0
         self.router.maxmsgsize = max_frame_bytes
         self.router.bind(f"tcp://{bind_host}:*")
-        self.address = self.router.last_endpoint.decode()
         self.directory: Directory | None = None
         self.on_control: Callable[[str, control.Control], None] | None = None
         self._dealers: dict[str, zmq.Socket] = {}
-        self._addresses: dict[str, str] = {}
-        if controller_address is not None:
-            self._addresses[ROOT] = controller_address
+        self._addresses: dict[str, control.Address] = {}
+        self._controller = controller_address
         self._pending: dict[str, list[list[Any]]] = {}
         self._lost: dict[str, ProcLoss] = {}
         self._on_frames: FrameHandler | None = None
         self._on_loss: LossHandler | None = None
         self.memory = MemoryService(proc_id, self._send_raw)
+        self.data = self._data_plane(bind_host)
+        self.address = control.Address(self.router.last_endpoint.decode(), self.data.address)
+
+    def _data_plane(self, bind_host: str) -> Any:
+        """The plane that carries core messages: zmq sockets served on the runtime loop."""
+        return ZmqPlane(
+            self.proc_id,
+            self._context,
+            self._keys,
+            bind_host,
+            self.loop,
+            self._from_plane,
+            self._lookup,
+        )
 
     # ---- the contract (any thread) ----------------------------------------------------
 
@@ -94,14 +109,23 @@ class TcpTransport(Transport):
         self._on_frames = on_frames
         self._on_loss = on_loss
         self.io.call_soon(self.io.add_reader, self.router, self._readable)
+        self.data.start()
 
     def send(self, dest: str, frames: Sequence[Buffer]) -> None:
-        self.io.call_soon(self._send, dest, frames)
+        if dest == self.proc_id:
+            copied = [f if isinstance(f, bytes) else bytearray(f) for f in frames]
+            self.loop.call_soon_threadsafe(self._deliver, dest, copied)
+        elif dest in self._lost:
+            self._report(self._lost[dest])
+        else:
+            self.data.send(dest, [DATA, *frames])
 
     def watch(self, proc: str) -> None:
         self.io.call_soon(self._watch, proc)
 
     def close(self) -> None:
+        """Close both planes (called on the runtime loop's thread)."""
+        self.data.stop()
         self.io.call_soon(self._close)
 
     def register(self, buffer: memoryview) -> MemoryHandle:
@@ -141,57 +165,62 @@ class TcpTransport(Transport):
 
     # ---- I/O thread ---------------------------------------------------------------------
 
-    def _send(self, dest: str, frames: Sequence[Buffer]) -> None:
-        if dest == self.proc_id:
-            copied = [f if isinstance(f, bytes) else bytearray(f) for f in frames]
-            self.loop.call_soon_threadsafe(self._deliver, [(dest, copied)])
-            return
-        if dest in self._lost:
-            self._report(self._lost[dest])
-            return
-        self._send_raw(dest, [DATA, *frames])
-
     def _send_raw(self, dest: str, message: list[Any]) -> None:
-        """Send a whole zmq message (kind frame first), or queue it until ``dest`` is found."""
+        """Send a control-plane message (kind frame first), or queue it until ``dest`` is found."""
         if dest in self._lost:
             return
-        dealer = self._dealer(dest)
-        if dealer is None:
-            self._pending.setdefault(dest, []).append(message)
+        address = self._address(dest)
+        if address is None:
+            if dest not in self._pending:
+                self._pending[dest] = []
+                self._ask(control.Where(dest))
+            self._pending[dest].append(message)
             return
-        dealer.send_multipart(message, copy=False)
+        self._dealer(dest, address.control).send_multipart(message, copy=False)
+
+    def _lookup(self, dest: str) -> None:
+        """The data plane needs ``dest``'s address (from its thread): find it here."""
+        self.io.call_soon(self._find, dest)
+
+    def _find(self, dest: str) -> None:
+        address = self._address(dest)
+        if address is not None:
+            self.data.resolved(dest, address.data)
+        elif dest not in self._pending:
+            self._pending[dest] = []
+            self._ask(control.Where(dest))
 
     def send_control(self, dest: str, message: control.Control) -> None:
         """Send a control message (I/O thread only)."""
         if dest == self.proc_id:
             self._handle_control(dest, message)
             return
-        dealer = self._dealer(dest)
-        if dealer is None:
+        address = self._controller if dest == ROOT and self._controller else None
+        if address is None:
+            known = self._address(dest)
+            address = known.control if known is not None else None
+        if address is None:
             log.error("proc %s: no address for %s; dropped %r", self.proc_id, dest, message)
             return
-        dealer.send_multipart(control.encode(message))
+        self._dealer(dest, address).send_multipart(control.encode(message))
 
-    def _dealer(self, dest: str) -> zmq.Socket | None:
-        """The socket to ``dest``; None (having asked the directory) until its address is known."""
-        dealer = self._dealers.get(dest)
-        if dealer is not None:
-            return dealer
+    def _address(self, dest: str) -> control.Address | None:
         address = self._addresses.get(dest)
         if address is None and self.directory is not None:
             address = self.directory.address(dest)
-        if address is None:
-            if dest not in self._pending:
-                self._pending[dest] = []
-                self._ask(control.Where(dest))
-            return None
-        dealer = self._context.socket(zmq.DEALER)
-        self._keys.connect_as_client(dealer)
-        dealer.identity = self.proc_id.encode()
-        dealer.sndhwm = 0
-        dealer.linger = 1000
-        dealer.connect(address)
-        self._dealers[dest] = dealer
+        return address
+
+    def _dealer(self, dest: str, endpoint: str) -> zmq.Socket:
+        """The zmq socket to ``dest`` (made on first use)."""
+        dealer = self._dealers.get(dest)
+        if dealer is None:
+            dealer = self._context.socket(zmq.DEALER)
+            self._keys.connect_as_client(dealer)
+            dealer.identity = self.proc_id.encode()
+            dealer.sndhwm = 0
+            dealer.linger = 1000
+            dealer.connect(endpoint)
+            self._dealers[dest] = dealer
         return dealer
 
     def _ask(self, message: control.Control) -> None:
@@ -207,7 +236,6 @@ class TcpTransport(Transport):
             self._ask(control.Watch(proc))
 
     def _readable(self) -> None:
-        batch: list[tuple[str, list[Buffer]]] = []
         for _ in range(RECV_BATCH):
             try:
                 message = self.router.recv_multipart(zmq.NOBLOCK, copy=False)
@@ -224,15 +252,8 @@ class TcpTransport(Transport):
                 )
                 continue
             kind = message[1].bytes
-            if kind == DATA:
-                batch.append((src, [frame.buffer for frame in message[2:]]))
-            elif kind == MEMORY:
-                try:
-                    self.memory.handle(src, [frame.buffer for frame in message[2:]])
-                except ValueError as exc:
-                    log.error(
-                        "proc %s: rejected a memory message from %s: %s", self.proc_id, src, exc
-                    )
+            if kind == MEMORY:
+                self._memory_message(src, [frame.buffer for frame in message[2:]])
             elif kind == CONTROL and len(message) == 3:
                 try:
                     self._handle_control(src, control.decode(message[2].buffer))
@@ -242,13 +263,25 @@ class TcpTransport(Transport):
                     )
             else:
                 log.error("proc %s: rejected a message of unknown kind from %s", self.proc_id, src)
-        if batch:
-            self.loop.call_soon_threadsafe(self._deliver, batch)
 
-    def _deliver(self, batch: list[tuple[str, list[Buffer]]]) -> None:
+    def _memory_message(self, src: str, frames: list[Any]) -> None:
+        try:
+            self.memory.handle(src, frames)
+        except ValueError as exc:
+            log.error("proc %s: rejected a memory message from %s: %s", self.proc_id, src, exc)
+
+    def _from_plane(self, src: str, frames: list[Any]) -> None:
+        """A message on the data plane, from an authenticated peer (on the plane's thread)."""
+        if bytes(frames[0]) != DATA:
+            log.error("proc %s: rejected a data message of unknown kind from %s", self.proc_id, src)
+        elif asyncio._get_running_loop() is self.loop:
+            self._deliver(src, frames[1:])
+        elif not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self._deliver, src, frames[1:])
+
+    def _deliver(self, src: str, frames: list[Buffer]) -> None:
         assert self._on_frames is not None
-        for src, frames in batch:
-            self._on_frames(src, frames)
+        self._on_frames(src, frames)
 
     def _handle_control(self, src: str, message: control.Control) -> None:
         if isinstance(message, control.At):
@@ -260,13 +293,11 @@ class TcpTransport(Transport):
         elif self.on_control is not None:
             self.on_control(src, message)
 
-    def _resolved(self, proc: str, address: str) -> None:
+    def _resolved(self, proc: str, address: control.Address) -> None:
         self._addresses[proc] = address
-        waiting = self._pending.pop(proc, [])
-        dealer = self._dealer(proc)
-        assert dealer is not None
-        for message in waiting:
-            dealer.send_multipart(message, copy=False)
+        self.data.resolved(proc, address.data)
+        for message in self._pending.pop(proc, []):
+            self._send_raw(proc, message)
 
     def _peer_lost(self, loss: ProcLoss) -> None:
         if loss.proc in self._lost:
@@ -276,6 +307,7 @@ class TcpTransport(Transport):
         dealer = self._dealers.pop(loss.proc, None)
         if dealer is not None:
             dealer.close(0)
+        self.data.forget(loss.proc)
         self.memory.lost(loss)
         self._report(loss)
 

@@ -51,6 +51,7 @@ class TcpWorld(World):
     """One OS process's procs (exactly one) on the tcp transport."""
 
     name = "tcp"
+    transport_class: type[TcpTransport] = TcpTransport
 
     def __init__(
         self,
@@ -80,7 +81,7 @@ class TcpWorld(World):
         self.context = zmq.Context()
         self.loop = asyncio.SelectorEventLoop()
         self.zap = ZapHandler(self.context, self.io, keys)
-        self.transport = TcpTransport(
+        self.transport = self.transport_class(
             proc_id,
             host,
             self.io,
@@ -282,7 +283,7 @@ class TcpWorld(World):
         return sorted(self.launcher.children()) if host in self.hosts() else []
 
     def __repr__(self) -> str:
-        return f"<TcpWorld {self.proc_id} at {self.transport.address}>"
+        return f"<{type(self).__name__} {self.proc_id} at {self.transport.address.control}>"
 
 
 def _flush() -> None:
@@ -293,9 +294,10 @@ def _flush() -> None:
 
 def worker_main(boot: Bootstrap) -> None:
     """Entry point of ``python -m danaus.worker`` once the bootstrap is read."""
-    world = TcpWorld.worker(boot)
     from danaus.core import config
 
+    world_class = config.transport_module(boot.transport).World
+    world = world_class.worker(boot)
     config.install(world)
     try:
         world.serve_forever()

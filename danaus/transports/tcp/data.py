@@ -1,0 +1,146 @@
+"""The tcp data plane: core messages over zmq, sent by the caller's thread, received on the loop's.
+
+Control messages, heartbeats and RDMA transfers stay on the I/O thread, where
+user code cannot hold them up. Core messages are different: they come from and
+go to the runtime anyway, so they cross no extra thread. The thread that sends
+writes to the peer's DEALER itself, under a lock (a zmq socket may move between
+threads when a lock orders its uses); one DEALER per peer keeps a pair's
+messages in order. The ROUTER that receives is read on the runtime loop's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import zmq
+
+from danaus.transports.tcp.security import JobKeys
+
+log = logging.getLogger("danaus.tcp")
+
+RECV_BATCH = 256
+
+
+class ZmqPlane:
+    """A proc's data sockets: one authenticated ROUTER in, a DEALER per peer out.
+
+    Thread-safe: `send`, `resolved`, `forget`. ``receive`` is called on the
+    loop's thread, ``lookup`` on whichever thread sends first to a new peer.
+    """
+
+    def __init__(
+        self,
+        proc: str,
+        context: zmq.Context,
+        keys: JobKeys,
+        bind_host: str,
+        loop: asyncio.AbstractEventLoop,
+        receive: Callable[[str, list[Any]], None],
+        lookup: Callable[[str], None],
+    ) -> None:
+        self._proc = proc
+        self._context = context
+        self._keys = keys
+        self.loop = loop
+        self._receive = receive
+        self._lookup = lookup
+        self._router = context.socket(zmq.ROUTER)
+        keys.serve(self._router)
+        self._router.linger = 0
+        self._router.rcvhwm = 0
+        self._router.bind(f"tcp://{bind_host}:*")
+        self.address = self._router.last_endpoint.decode()
+        self._dealers: dict[str, zmq.Socket] = {}
+        self._addresses: dict[str, str] = {}
+        self._pending: dict[str, list[list[Any]]] = {}
+        self._forgotten: set[str] = set()
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Begin receiving (on the loop's thread, or before the loop runs)."""
+        self.loop.add_reader(self._router.getsockopt(zmq.FD), self._readable)
+        self.loop.call_soon(self._readable)
+
+    # ---- sending ----------------------------------------------------------------------
+
+    def send(self, dest: str, message: list[Any]) -> None:
+        """Send ``message`` (kind frame first) to ``dest``, from any thread."""
+        with self._lock:
+            self._send(dest, message)
+
+    def _send(self, dest: str, message: list[Any]) -> None:
+        if dest in self._forgotten:
+            return
+        dealer = self._dealers.get(dest)
+        if dealer is None:
+            address = self._addresses.get(dest)
+            if address is None:
+                waiting = self._pending.setdefault(dest, [])
+                if not waiting:
+                    self._lookup(dest)
+                waiting.append(message)
+                return
+            dealer = self._dealer(dest, address)
+        dealer.send_multipart(message, copy=False)
+
+    def _dealer(self, dest: str, address: str) -> zmq.Socket:
+        dealer = self._context.socket(zmq.DEALER)
+        self._keys.connect_as_client(dealer)
+        dealer.identity = self._proc.encode()
+        dealer.sndhwm = 0
+        dealer.linger = 1000
+        dealer.connect(address)
+        self._dealers[dest] = dealer
+        return dealer
+
+    def resolved(self, dest: str, address: str) -> None:
+        """``dest`` receives data at ``address``: what waited for it goes out, in order."""
+        with self._lock:
+            self._addresses[dest] = address
+            for message in self._pending.pop(dest, []):
+                self._send(dest, message)
+
+    def forget(self, dest: str) -> None:
+        """``dest`` is lost: drop what waits for it and its socket."""
+        with self._lock:
+            self._forgotten.add(dest)
+            self._pending.pop(dest, None)
+            dealer = self._dealers.pop(dest, None)
+            if dealer is not None:
+                dealer.close(0)
+
+    # ---- receiving --------------------------------------------------------------------
+
+    def _readable(self) -> None:
+        router = self._router
+        for _ in range(RECV_BATCH):
+            if not router.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                return
+            message = router.recv_multipart(zmq.NOBLOCK, copy=False)
+            if len(message) < 3:
+                log.error("proc %s: rejected a message of %d frames", self._proc, len(message))
+                continue
+            try:
+                src = message[0].bytes.decode()
+            except UnicodeDecodeError:
+                log.error("proc %s: rejected a message from a peer with a bad identity", self._proc)
+                continue
+            self._receive(src, [message[1].bytes, *(frame.buffer for frame in message[2:])])
+        self.loop.call_soon(self._readable)
+
+    # ---- ending -----------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Close the sockets (on the loop's thread)."""
+        if self._router.closed:
+            return
+        self.loop.remove_reader(self._router.getsockopt(zmq.FD))
+        self._router.close(0)
+        with self._lock:
+            for dealer in self._dealers.values():
+                dealer.close()
+            self._dealers.clear()

@@ -1,0 +1,51 @@
+"""The ``ucx`` transport: real processes whose data travels over UCX (``pip install danaus[ucx]``).
+
+UCX settings come from the environment (``UCX_TLS`` and friends); unset, they
+default to ``UCX_TLS=tcp,sm,self`` and ucxx's thread progress with Python
+futures (see `danaus.transports.ucx.plane`), which work on any Linux host.
+Workers inherit the controller's environment.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+from typing import Any
+
+os.environ.setdefault("UCX_TLS", "tcp,sm,self")
+os.environ.setdefault("UCXPY_PROGRESS_MODE", "thread")
+os.environ.setdefault("UCXPY_ENABLE_PYTHON_FUTURE", "1")
+os.environ.setdefault("UCX_WARN_UNUSED_ENV_VARS", "n")
+
+try:
+    import ucxx  # noqa: F401
+except ImportError as exc:
+    raise ImportError(
+        f"the ucx transport needs the ucxx package ({exc}); "
+        "install it with: pip install 'danaus[ucx]'"
+    ) from exc
+
+from danaus.core import config
+from danaus.transports.tcp import configured
+from danaus.transports.tcp.world import TcpWorld
+from danaus.transports.ucx.transport import UcxTransport
+
+__all__ = ["UcxWorld", "World", "configured", "create_world"]
+
+
+class UcxWorld(TcpWorld):
+    """A process's world on the ucx transport: tcp's control plane, UCX's data plane."""
+
+    name = "ucx"
+    transport_class = UcxTransport
+
+
+World = UcxWorld
+"""The world class of this transport (workers make theirs with ``World.worker``)."""
+
+
+def create_world(**options: Any) -> UcxWorld:
+    configured(**options)
+    world = UcxWorld.controller(**options)
+    atexit.register(config.shutdown)
+    return world
