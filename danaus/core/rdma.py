@@ -2,7 +2,7 @@
 
 A proc registers memory (a tensor, a numpy array, a writable memoryview) with
 its transport, without copying it, and hands the `RDMABuffer` (it pickles to a
-handle of a few dozen bytes) to other actors. They ``read_into`` their own
+handle of about two hundred bytes) to other actors. They ``read_into`` their own
 memory or ``write_from`` it; the owner's actors take no part, so a busy
 endpoint does not slow a transfer. Control messages go one way, bulk data
 another.
@@ -244,12 +244,16 @@ class RDMAAction:
         raise NotImplementedError("atomic compare_and_swap is not supported")
 
     def submit(self, *, timeout: float = DEFAULT_TIMEOUT) -> Future[None]:
-        """Start every transfer at once; the future settles when all are done (or one fails)."""
+        """Start every transfer at once; the future settles when all are done, or fails with
+        the first failure (the others carry on)."""
         futures = [step(timeout) for step in self._steps]
         runtime = _runtime()
 
         async def all_done() -> None:
-            for future in futures:
-                await future
+            await asyncio.gather(*(_awaited(future) for future in futures))
 
         return runtime.submit(all_done())
+
+
+async def _awaited(future: Future[None]) -> None:
+    await future

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from danaus import Actor, Channel, Port, SupervisionError, endpoint, this_host
-from danaus.chaos import crash
+from danaus.chaos import crash, pause, resume
 from danaus.rdma import RDMAAction, RDMABuffer, backend
 from tests.conformance.test_supervision import record_root_failures
 
@@ -281,3 +281,21 @@ def test_a_batch_of_transfers_runs_together(run):
     expected_a, got_a, b_after = run(main)
     assert got_a == expected_a
     assert b_after == zlib.crc32(bytes([4]) * 2000)
+
+
+def test_a_timed_out_read_leaves_its_destination_alone(run):
+    def main():
+        owner, _ = two_procs()
+        buffer, expected = owner.share_bytes.call_one("b", 4 * MiB, 6).get()
+        late = np.zeros(buffer.size(), dtype=np.uint8)
+        pause(owner)
+        with pytest.raises(TimeoutError, match=r"within 0\.3 s"):
+            buffer.read_into(late, timeout=0.3).get(timeout=60)
+        resume(owner)
+        fresh = np.zeros(buffer.size(), dtype=np.uint8)
+        buffer.read_into(fresh).get(timeout=60)
+        return expected, checksum(fresh), int(late.sum())
+
+    expected, fresh, late = run(main)
+    assert fresh == expected
+    assert late == 0

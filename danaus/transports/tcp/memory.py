@@ -80,6 +80,8 @@ class _Op:
     view: memoryview
     remaining: int
     settle: Callable[[BaseException | None], None]
+    wanted: Callable[[], bool]
+    """False once the caller gave up (a timeout): late bytes must not land in ``view``."""
 
 
 class MemoryService:
@@ -112,13 +114,14 @@ class MemoryService:
         view: memoryview,
         write: bool,
         settle: Callable[[BaseException | None], None],
+        wanted: Callable[[], bool],
     ) -> None:
         """Begin a read into ``view`` (or a write from it) of remote memory (I/O thread)."""
         if handle.owner == self._proc:
             settle(self._local(handle, offset, view, write))
             return
         op = next(self._op_ids)
-        self._ops[op] = _Op(handle.owner, view, view.nbytes, settle)
+        self._ops[op] = _Op(handle.owner, view, view.nbytes, settle, wanted)
         if not write:
             request = Read(op, handle.key, offset, view.nbytes)
             self._send(handle.owner, [MEMORY, _encoder.encode(request)])
@@ -182,6 +185,9 @@ class MemoryService:
     def _arrived(self, op_id: int, error: str | None, data: Any, position: int) -> None:
         op = self._ops.get(op_id)
         if op is None:
+            return
+        if not op.wanted():
+            del self._ops[op_id]
             return
         if error is not None or data is None:
             self._finish(op_id, RuntimeError(error or "a memory answer came without its bytes"))

@@ -145,7 +145,7 @@ class TcpTransport(Transport):
     ) -> None:
         future: asyncio.Future[None] = self.loop.create_future()
         self.io.call_soon(
-            self._start_memory, handle, offset, view, write, settler(self.loop, future)
+            self._start_memory, handle, offset, view, write, settler(self.loop, future), future
         )
         await future
 
@@ -156,12 +156,13 @@ class TcpTransport(Transport):
         view: memoryview,
         write: bool,
         settle: Callable[[BaseException | None], None],
+        future: asyncio.Future[None],
     ) -> None:
         loss = self._lost.get(handle.owner)
         if loss is not None:
             settle(SupervisionError(f"the owner of the memory is gone: {loss.describe()}", loss))
         else:
-            self.memory.start(handle, offset, view, write, settle)
+            self.memory.start(handle, offset, view, write, settle, lambda: not future.done())
 
     # ---- I/O thread ---------------------------------------------------------------------
 
