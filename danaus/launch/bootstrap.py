@@ -26,6 +26,7 @@ class Bootstrap(msgspec.Struct, frozen=True):
     trace: bool = False
     bind_host: str = "127.0.0.1"
     transport: str = "tcp"
+    encrypt: bool = True
 
     def encode(self) -> bytes:
         return msgspec.msgpack.encode(self)

@@ -96,6 +96,7 @@ class LocalLauncher(Launcher):
             trace=world.trace.enabled,
             bind_host=world.bind_host,
             transport=world.name,
+            encrypt=world.keys.encrypt,
         )
         try:
             popen = subprocess.Popen(

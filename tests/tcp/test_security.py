@@ -123,3 +123,29 @@ def test_member_sending_malformed_frames_is_rejected_with_a_log(echo, caplog):
         return sum("rejected" in r.getMessage() for r in caplog.records)
 
     wait_until(lambda: rejected() >= 4, 10, "four rejections logged")
+
+
+def test_unencrypted_job_serves_members_and_refuses_a_wrong_password(tcp):
+    """With ``encrypt=False`` connections use PLAIN: the job secret is the password."""
+    tcp(encrypt=False)
+    mesh = this_host().spawn_procs(per_host={"gpus": 2}).spawn("echo", Echo)
+    payload = bytes(range(256)) * 4096
+    assert list(mesh.echo.call(payload).get(timeout=30).values()) == [payload, payload]
+    address = mesh.slice(gpus=0).address.call_one().get()
+    ctx = zmq.Context()
+    try:
+        guesser = ctx.socket(zmq.DEALER)
+        guesser.plain_username = b"danaus"
+        guesser.plain_password = b"not the job secret"
+        assert _handshake_outcome(guesser, address) in HANDSHAKE_REFUSED
+        curve = ctx.socket(zmq.DEALER)
+        public, secret = zmq.curve_keypair()
+        curve.curve_serverkey = public
+        curve.curve_publickey = public
+        curve.curve_secretkey = secret
+        assert _handshake_outcome(curve, address) in HANDSHAKE_REFUSED
+    finally:
+        ctx.destroy(linger=0)
+    first = mesh.slice(gpus=0)
+    assert first.echo.call_one(1).get(timeout=30) == 1
+    assert first.count.call_one().get(timeout=30) == 2

@@ -17,6 +17,7 @@ def configured(
     heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
     bind_host: str = "127.0.0.1",
     trace: bool = False,
+    encrypt: bool = True,
 ) -> None:
     """Check the options of ``configure(transport="tcp", ...)``."""
     if heartbeat_interval <= 0 or heartbeat_timeout <= heartbeat_interval:

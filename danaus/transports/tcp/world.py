@@ -107,13 +107,14 @@ class TcpWorld(World):
         heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
         bind_host: str = "127.0.0.1",
         trace: bool = False,
+        encrypt: bool = True,
     ) -> TcpWorld:
         """The controller's world: the root proc, the directory, and this host's agent."""
         world = cls(
             proc_id=ROOT,
             host=socket.gethostname(),
             host_agent=ROOT,
-            keys=JobKeys.generate(),
+            keys=JobKeys.generate(encrypt),
             heartbeat_interval=heartbeat_interval,
             heartbeat_timeout=heartbeat_timeout,
             bind_host=bind_host,
@@ -146,7 +147,7 @@ class TcpWorld(World):
             proc_id=boot.proc_id,
             host=boot.host,
             host_agent=boot.host_agent,
-            keys=JobKeys(boot.public_key, boot.secret_key),
+            keys=JobKeys(boot.public_key, boot.secret_key, boot.encrypt),
             heartbeat_interval=boot.heartbeat_interval,
             heartbeat_timeout=boot.heartbeat_timeout,
             controller_address=boot.controller,
