@@ -1,4 +1,4 @@
-"""The messaging benchmark runs end to end and prints what it promises (never a speed check)."""
+"""The benchmarks run end to end and print what they promise (never a speed check)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "messaging.py"
+RDMA_SCRIPT = ROOT / "benchmarks" / "rdma.py"
 
 PAYLOAD_KEYS = {"kind", "bytes", "calls", "danaus_mb_per_s", "danaus_median_ms"}
 EXPECTED = {
@@ -44,3 +45,45 @@ def test_messaging_quick(transport: str) -> None:
         for key in EXPECTED[row["workload"]]:
             if key.startswith("danaus_"):
                 assert isinstance(row[key], (int, float)) and row[key] > 0, (key, row)
+
+
+def test_rdma_quick() -> None:
+    """sim, then tcp encrypted and in clear, each reading and writing 1 and 16 MiB."""
+    env = {k: v for k, v in os.environ.items() if k != "DANAUS_TRANSPORT"}
+    args = [sys.executable, str(RDMA_SCRIPT), "--quick", "--transport", "sim,tcp"]
+    done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    expected = [
+        (transport, encrypt, f"{op}_{mib}MiB", op, mib << 20)
+        for transport, encrypt in [("sim", None), ("tcp", True), ("tcp", False)]
+        for mib in (1, 16)
+        for op in ("read_into", "write_from")
+    ]
+    keys = ("transport", "encrypt", "workload", "op", "bytes")
+    assert [tuple(row.get(key) for key in keys) for row in rows] == expected
+    for row in rows:
+        assert "danaus_error" not in row, row
+        assert row["repeats"] == 2
+        for key in ("danaus_mb_per_s", "danaus_median_s"):
+            assert isinstance(row[key], (int, float)) and row[key] > 0, (key, row)
+
+
+def test_sim_scale_small() -> None:
+    """A small cluster and a few chaos seeds: one line each, with the figures it promises."""
+    args = [sys.executable, str(ROOT / "benchmarks" / "sim_scale.py"), "--sizes", "64"]
+    done = subprocess.run(
+        [*args, "--rounds", "2", "--seeds", "5"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    scale, chaos = (json.loads(line) for line in done.stdout.splitlines())
+    assert scale["benchmark"] == "sim_broadcast_gather" and scale["procs"] == 64
+    assert scale["messages_delivered"] >= 2 * 2 * 64
+    assert chaos["benchmark"] == "chaos_training" and chaos["seeds"] == 5
+    assert chaos["faults"] > 0 and chaos["failed_seeds"] == 0
+    for key in ("seeds_per_wall_minute", "simulated_s_per_wall_s", "simulated_s"):
+        assert chaos[key] > 0, (key, chaos)

@@ -40,18 +40,16 @@ class Backend:
 
     @property
     def fallback(self) -> bool:
-        """True when no RDMA hardware is involved (the owner's transport serves transfers)."""
-        return self.name not in ("verbs", "ucx", "sim") or not self.one_sided
+        """True when transfers are not one-sided: the owner's transport serves each one."""
+        return not self.one_sided
 
     def describe(self) -> str:
-        if self.name == "sim":
-            return "sim: one-sided transfers simulated on the network model"
         if self.fallback:
             return (
-                f"{self.name}: a fallback without RDMA hardware; the owner's I/O thread "
-                "serves each transfer over the transport's sockets"
+                f"{self.name}: a fallback without one-sided RDMA; a transport thread of the "
+                "owner serves each transfer from the registered memory"
             )
-        return f"{self.name}: one-sided RDMA"
+        return f"{self.name}: one-sided transfers; the owner takes no part"
 
 
 def backend() -> Backend:

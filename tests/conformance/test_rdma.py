@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 import zlib
 from types import SimpleNamespace
 
@@ -10,7 +11,7 @@ import pytest
 
 from danaus import Actor, Channel, Port, SupervisionError, endpoint, this_host
 from danaus.chaos import crash, pause, resume
-from danaus.rdma import RDMAAction, RDMABuffer, backend
+from danaus.rdma import RDMAAction, RDMABuffer, RDMAFallbackWarning, backend
 from tests.conformance.test_supervision import record_root_failures
 
 MiB = 1 << 20
@@ -114,6 +115,18 @@ class Reader(Actor):
     @endpoint
     def relay(self, buffer: RDMABuffer, next_reader: object) -> int:
         return next_reader.pull.call_one(buffer).get(timeout=120)
+
+
+class Registrar(Actor):
+    @endpoint
+    def first_registration(self) -> tuple[str, bool, bool, str, str, list[str]]:
+        """Register this process's first buffer; what the backend says, and what it warned."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            buffer = RDMABuffer(np.zeros(8, dtype=np.uint8))
+        info = backend()
+        warned = [str(w.message) for w in caught if w.category is RDMAFallbackWarning]
+        return info.name, info.one_sided, info.fallback, buffer.backend, info.describe(), warned
 
 
 def two_procs():
@@ -299,3 +312,17 @@ def test_a_timed_out_read_leaves_its_destination_alone(run):
     expected, fresh, late = run(main)
     assert fresh == expected
     assert late == 0
+
+
+def test_the_backend_says_what_moves_the_data_and_whether_it_is_a_fallback(run, transport):
+    def main():
+        registrar = this_host().spawn_procs().spawn("registrar", Registrar)
+        return registrar.first_registration.call_one().get()
+
+    name, one_sided, fallback, buffer_backend, description, warned = run(main)
+    assert name == buffer_backend == transport.name
+    assert fallback is (not one_sided)
+    assert description.startswith(f"{name}: ")
+    assert ("fallback" in description) is fallback
+    assert warned == ([description] if fallback else [])
+    assert fallback is (transport.name != "sim")

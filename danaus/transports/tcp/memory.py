@@ -87,9 +87,10 @@ class _Op:
 class MemoryService:
     """One proc's registered memory, and the transfers it has under way (I/O thread)."""
 
-    def __init__(self, proc: str, send: Callable[[str, list[Any]], None]) -> None:
+    def __init__(self, proc: str, send: Callable[[str, list[Any]], None], backend: str) -> None:
         self._proc = proc
         self._send = send
+        self._backend = backend
         self._buffers: dict[int, memoryview] = {}
         self._keys = itertools.count(1)
         self._ops: dict[int, _Op] = {}
@@ -98,7 +99,7 @@ class MemoryService:
     def register(self, view: memoryview) -> MemoryHandle:
         key = next(self._keys)
         self._buffers[key] = view
-        return MemoryHandle(self._proc, key, view.nbytes, "tcp")
+        return MemoryHandle(self._proc, key, view.nbytes, self._backend)
 
     def unregister(self, handle: MemoryHandle) -> None:
         """Forget a buffer here, or ask its owner to (I/O thread)."""
@@ -192,7 +193,10 @@ class MemoryService:
         if error is not None or data is None:
             self._finish(op_id, RuntimeError(error or "a memory answer came without its bytes"))
             return
-        chunk = memoryview(data)
+        chunk = memoryview(data).cast("B")
+        if position < 0 or position + chunk.nbytes > op.view.nbytes:
+            self._finish(op_id, RuntimeError("the owner answered with bytes out of range"))
+            return
         op.view[position : position + chunk.nbytes] = chunk
         op.remaining -= chunk.nbytes
         if op.remaining <= 0:

@@ -87,7 +87,7 @@ class TcpTransport(Transport):
         self._lost: dict[str, ProcLoss] = {}
         self._on_frames: FrameHandler | None = None
         self._on_loss: LossHandler | None = None
-        self.memory = MemoryService(proc_id, self._send_raw)
+        self.memory = MemoryService(proc_id, self._send_raw, self.memory_backend)
         self.data = self._data_plane(bind_host)
         self.address = control.Address(self.router.last_endpoint.decode(), self.data.address)
 

@@ -1,0 +1,227 @@
+"""Running torchmonarch beside Danaus, for the benchmarks' ``--peer monarch``.
+
+Monarch never shares a process or a virtualenv with Danaus: it lives in
+``benchmarks/.monarch-venv`` (made on first use unless ``--no-install``), where
+`_monarch_peer.py` runs the same workloads and prints them as JSON. This module
+makes that virtualenv, runs the peer, and merges its figures into Danaus's
+report lines; `messaging.py` and `rdma.py` share it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from _workloads import DIRECTION
+
+HERE = Path(__file__).resolve().parent
+MONARCH_VENV = HERE / ".monarch-venv"
+MONARCH_VERSION = "0.7.0"
+TORCH_VERSION = "2.13.0"
+MONARCH_SETUP = (
+    f"python3 -m venv {MONARCH_VENV} && "
+    f"{MONARCH_VENV}/bin/pip install torch=={TORCH_VERSION} numpy && "
+    f"{MONARCH_VENV}/bin/pip install torchmonarch=={MONARCH_VERSION}"
+)
+
+
+def log(message: str) -> None:
+    """Progress on stderr, named after the benchmark, so stdout stays JSON only."""
+    print(f"[{Path(sys.argv[0]).stem}] {message}", file=sys.stderr, flush=True)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The command-line options of ``--peer monarch``."""
+    parser.add_argument("--peer", choices=["monarch"], help="also run the workloads on Monarch")
+    parser.add_argument(
+        "--monarch-python",
+        help="a python that has torchmonarch (default: that of benchmarks/.monarch-venv)",
+    )
+    parser.add_argument(
+        "--monarch-transport",
+        help="Monarch channel transport passed to enable_transport() (default: Monarch's own)",
+    )
+    parser.add_argument(
+        "--no-install",
+        action="store_true",
+        help="do not create benchmarks/.monarch-venv when it is missing; report an error instead",
+    )
+
+
+# ---- the virtualenv ------------------------------------------------------------------
+
+
+def _python_ok(python: Path) -> bool:
+    if not python.exists():
+        return False
+    probe = subprocess.run(
+        [str(python), "-c", "import monarch.actor, torch"],
+        capture_output=True,
+        timeout=120,
+        env=_peer_env(),
+    )
+    return probe.returncode == 0
+
+
+def _install_monarch() -> str | None:
+    """Make ``benchmarks/.monarch-venv`` with torchmonarch; return an error or None."""
+    python = MONARCH_VENV / "bin" / "python"
+    pip = MONARCH_VENV / "bin" / "pip"
+    steps = [
+        [sys.executable, "-m", "venv", str(MONARCH_VENV)],
+        [str(pip), "install", f"torch=={TORCH_VERSION}", "numpy"],
+        [str(pip), "install", f"torchmonarch=={MONARCH_VERSION}"],
+    ]
+    if python.exists():
+        steps = steps[1:]
+    log(f"installing torchmonarch {MONARCH_VERSION} into {MONARCH_VENV} (once)")
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True, env=_peer_env())
+        if done.returncode != 0:
+            tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
+            return f"`{' '.join(step)}` failed: {' | '.join(tail)}"
+    return None
+
+
+def _peer_env() -> dict[str, str]:
+    """The environment for the peer: nothing of this venv or of Danaus's settings."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME") and not k.startswith("DANAUS_")
+    }
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def monarch_python(explicit: str | None, install: bool) -> tuple[Path | None, str | None]:
+    """The interpreter of the Monarch virtualenv, or why there is none."""
+    if explicit:
+        python = Path(explicit)
+        if _python_ok(python):
+            return python, None
+        return None, f"{python} cannot import monarch.actor and torch"
+    python = MONARCH_VENV / "bin" / "python"
+    if _python_ok(python):
+        return python, None
+    if not install:
+        return None, f"torchmonarch is not installed; install it with: {MONARCH_SETUP}"
+    error = _install_monarch()
+    if error is None and _python_ok(python):
+        return python, None
+    return None, (
+        f"could not install torchmonarch {MONARCH_VERSION}: "
+        f"{error or 'monarch.actor does not import'}; try by hand: {MONARCH_SETUP}"
+    )
+
+
+# ---- the peer process ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Peer:
+    """What the Monarch peer reported: results by workload, what it ran on, or why not."""
+
+    results: dict[str, dict[str, Any]]
+    info: dict[str, Any]
+    error: str | None
+
+
+def run_peer(args: argparse.Namespace, suite: str | None = None) -> Peer:
+    """Run ``suite`` of `_monarch_peer.py` (the messaging workloads when None) on Monarch.
+
+    ``args`` are the benchmark's parsed options: ``quick`` and those of `add_arguments`.
+    """
+    python, error = monarch_python(args.monarch_python, install=not args.no_install)
+    if python is None:
+        return Peer({}, {}, error)
+    command = [str(python), str(HERE / "_monarch_peer.py")]
+    if suite:
+        command += ["--suite", suite]
+    if args.quick:
+        command.append("--quick")
+    if args.monarch_transport:
+        command += ["--transport", args.monarch_transport]
+    log(f"running the Monarch peer: {' '.join(command)}")
+    try:
+        done = subprocess.run(
+            command,
+            capture_output=True,
+            text=True,
+            timeout=300 if args.quick else 1800,
+            env=_peer_env(),
+            cwd=HERE,
+        )
+    except subprocess.TimeoutExpired:
+        return Peer({}, {}, "the Monarch peer timed out")
+    results: dict[str, dict[str, Any]] = {}
+    info: dict[str, Any] = {}
+    for output in done.stdout.splitlines():
+        try:
+            row = json.loads(output)
+        except ValueError:
+            continue
+        if not isinstance(row, dict):
+            continue
+        if "workload" in row:
+            results[row["workload"]] = row
+        elif "info" in row:
+            info = row["info"]
+        elif "error" in row:
+            return Peer({}, info, str(row["error"]))
+    if not results:
+        tail = " | ".join(done.stderr.strip().splitlines()[-5:])
+        error = f"the Monarch peer exited with {done.returncode} and no results: {tail}"
+        return Peer({}, info, error)
+    return Peer(results, info, None)
+
+
+# ---- the report ----------------------------------------------------------------------
+
+
+def line(labels: dict[str, Any], ours: dict[str, Any], peer: Peer | None = None) -> dict[str, Any]:
+    """One report line: the workload, ``labels`` (its transport...), Danaus's figures and,
+    with a peer, Monarch's and the ratios Danaus / Monarch."""
+    theirs = peer.results.get(ours["workload"]) if peer is not None else None
+    row: dict[str, Any] = {"workload": ours["workload"], **labels}
+    row.update(ours.get("params") or (theirs or {}).get("params") or {})
+    if "error" in ours:
+        row["danaus_error"] = ours["error"]
+    for key, value in ours.get("metrics", {}).items():
+        row[f"danaus_{key}"] = value
+    if peer is None:
+        return row
+    row["peer"] = "monarch"
+    if peer.error is not None or theirs is None:
+        row["monarch_error"] = peer.error or "no result"
+    else:
+        if "error" in theirs:
+            row["monarch_error"] = theirs["error"]
+        metrics = theirs.get("metrics", {})
+        for key, value in metrics.items():
+            row[f"monarch_{key}"] = value
+        for key, better in DIRECTION.items():
+            a, b = ours.get("metrics", {}).get(key), metrics.get(key)
+            if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b:
+                row[f"danaus_over_monarch_{key}_{better}_is_better"] = round(a / b, 3)
+    for key, value in peer.info.items():
+        row[f"monarch_{key}"] = value
+    return row
+
+
+def print_line(row: dict[str, Any]) -> None:
+    print(json.dumps(row), flush=True)
+
+
+def print_report(rows: list[tuple[dict[str, Any], dict[str, Any]]], peer: Peer) -> None:
+    """Print Danaus's results, as ``(labels, result)`` pairs, merged with the peer's."""
+    if peer.error is not None:
+        print_line({"workload": "monarch_peer", "peer": "monarch", "error": peer.error})
+    for labels, result in rows:
+        print_line(line(labels, result, peer))

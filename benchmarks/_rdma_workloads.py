@@ -1,0 +1,148 @@
+"""The RDMA workloads, written once for any framework with Monarch's RDMABuffer API.
+
+`rdma.py` runs them on Danaus and `_monarch_peer.py --suite rdma` on
+torchmonarch, each in its own process and virtualenv. Like `_workloads`, this
+module imports neither framework: the caller hands it a `Framework` that spawns
+the owner actor, and it returns plain numbers.
+
+The owner lives on a worker proc, as a trainer's weights would. Its actor has
+three endpoints: ``register(nbytes)`` fills ``nbytes`` of fresh memory with
+random bytes, registers them and returns the RDMABuffer; ``checksum()`` returns
+the CRC-32 of that memory as it is now; ``release()`` drops the buffer and
+frees the memory. The controller moves the data, with ``read_into`` and
+``write_from`` into and out of its own memory, which works the same on both
+frameworks and leaves no message round trip inside the timings.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+from _workloads import MIB, SETUP_TIMEOUT, _describe
+
+OPERATIONS = ("read_into", "write_from")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The sizes to move, and how many timed transfers of each after ``warmup`` untimed."""
+
+    warmup: int
+    repeats: dict[int, int]
+
+
+FULL = Plan(warmup=1, repeats={MIB: 20, 64 * MIB: 5, 256 * MIB: 3})
+QUICK = Plan(warmup=1, repeats={MIB: 2, 16 * MIB: 2})
+"""Two sizes: less than one chunk of Danaus's tcp fallback (8 MiB), and two chunks."""
+
+
+class Framework(Protocol):
+    """What the workloads need from an actor framework."""
+
+    def spawn_owner(self) -> tuple[Any, Any]:
+        """A mesh of one fresh proc on this host, and the owner actor spawned on it."""
+
+    def stop(self, procs: Any) -> None:
+        """Stop ``procs`` and wait until they are gone."""
+
+
+def _size_name(nbytes: int) -> str:
+    return f"{nbytes // MIB}MiB"
+
+
+def workload_names(plan: Plan) -> list[str]:
+    """Every workload, in the order `run_all` runs them."""
+    return [f"{op}_{_size_name(n)}" for n in plan.repeats for op in OPERATIONS]
+
+
+def _timed(move: Callable[[], Any], warmup: int, repeats: int) -> list[float]:
+    """Seconds of each of ``repeats`` transfers, ``move().get()``, after ``warmup`` untimed."""
+    for _ in range(warmup):
+        move().get()
+    samples = []
+    clock = time.perf_counter
+    for _ in range(repeats):
+        start = clock()
+        move().get()
+        samples.append(clock() - start)
+    return samples
+
+
+def _verify(op: str, local: memoryview, owner: Any) -> None:
+    """The owner's memory must now hold exactly the controller's bytes."""
+    ours = zlib.crc32(local)
+    theirs = owner.checksum.call_one().get(timeout=SETUP_TIMEOUT)
+    if ours != theirs:
+        raise AssertionError(
+            f"{op} moved the wrong bytes: CRC-32 {ours:#010x} here, {theirs:#010x} at the owner"
+        )
+
+
+def transfer(
+    op: str, owner: Any, buffer: Any, nbytes: int, warmup: int, repeats: int
+) -> dict[str, Any]:
+    """Time ``buffer.read_into(dst)`` or ``buffer.write_from(src)``, then check the bytes once.
+
+    The local memory is one memoryview made before the warm-up, so a framework
+    that registers local memory on first use (Monarch caches it) pays for that
+    outside the timings.
+    """
+    if op == "read_into":
+        local = memoryview(np.empty(nbytes, dtype=np.uint8))
+        samples = _timed(lambda: buffer.read_into(local), warmup, repeats)
+    else:
+        local = memoryview(np.random.default_rng(1).integers(0, 256, nbytes, dtype=np.uint8))
+        samples = _timed(lambda: buffer.write_from(local), warmup, repeats)
+    _verify(op, local, owner)
+    median = statistics.median(samples)
+    return {
+        "params": {"op": op, "bytes": nbytes, "repeats": len(samples)},
+        "metrics": {"mb_per_s": round(nbytes / median / 1e6, 1), "median_s": round(median, 6)},
+    }
+
+
+def _one_size(owner: Any, nbytes: int, plan: Plan) -> Iterator[dict[str, Any]]:
+    """Register ``nbytes`` at the owner, read them, write them, release them."""
+    names = [f"{op}_{_size_name(nbytes)}" for op in OPERATIONS]
+    repeats = plan.repeats[nbytes]
+    try:
+        buffer = owner.register.call_one(nbytes).get(timeout=SETUP_TIMEOUT)
+    except Exception as exc:
+        for name in names:
+            yield {"workload": name, "error": f"registering the buffer failed: {_describe(exc)}"}
+        return
+    for op, name in zip(OPERATIONS, names):
+        try:
+            yield {"workload": name, **transfer(op, owner, buffer, nbytes, plan.warmup, repeats)}
+        except Exception as exc:
+            yield {"workload": name, "error": _describe(exc)}
+    try:
+        owner.release.call_one().get(timeout=SETUP_TIMEOUT)
+    except Exception as exc:
+        yield {"workload": f"release_{_size_name(nbytes)}", "error": _describe(exc)}
+
+
+def run_all(fw: Framework, plan: Plan) -> Iterator[dict[str, Any]]:
+    """Run every workload; yield ``{"workload", "params", "metrics"}`` or ``{"workload", "error"}``.
+
+    Reads of a size come before its writes, so a read sees the owner's own bytes.
+    A size that fails yields its errors and the other sizes still run.
+    """
+    try:
+        procs, owner = fw.spawn_owner()
+    except Exception as exc:
+        for name in workload_names(plan):
+            yield {"workload": name, "error": f"spawning the owner failed: {_describe(exc)}"}
+        return
+    for nbytes in plan.repeats:
+        yield from _one_size(owner, nbytes, plan)
+    try:
+        fw.stop(procs)
+    except Exception as exc:
+        yield {"workload": "stop", "error": _describe(exc)}
