@@ -6,6 +6,7 @@ measures). Nothing here asserts on speed.
     python benchmarks/messaging.py                   # Danaus over tcp
     python benchmarks/messaging.py --transport sim   # any transport Danaus knows
     python benchmarks/messaging.py --quick           # small counts, a smoke test
+    python benchmarks/messaging.py --no-encrypt      # tcp with encrypt=False (in clear)
     python benchmarks/messaging.py --peer monarch    # also run torchmonarch, side by side
 
 With ``--peer monarch`` the same workloads run on torchmonarch, in a separate
@@ -58,11 +59,13 @@ class Danaus(Framework):
         return torch.rand(nbytes // 4, dtype=torch.float32)
 
 
-def run_danaus(transport: str, counts: Counts, emit: Any) -> list[dict[str, Any]]:
+def run_danaus(
+    transport: str, options: dict[str, Any], counts: Counts, emit: Any
+) -> list[dict[str, Any]]:
     """Run every workload on Danaus; ``emit`` each result as it comes."""
     results = []
     try:
-        danaus.configure(transport=transport)
+        danaus.configure(transport=transport, **options)
     except Exception as exc:
         error = f"transport {transport!r} is not available: {type(exc).__name__}: {exc}"
         results = [{"workload": name, "error": error} for name in workload_names(counts)]
@@ -87,18 +90,25 @@ def main(argv: list[str] | None = None) -> int:
         "--transport", default="tcp", help="Danaus transport: tcp (default), sim, ucx, ..."
     )
     parser.add_argument("--quick", action="store_true", help="small counts, for a smoke test")
+    parser.add_argument(
+        "--no-encrypt",
+        action="store_true",
+        help="configure the transport with encrypt=False (tcp, ucx): authenticated, in clear",
+    )
     add_arguments(parser)
     args = parser.parse_args(argv)
     counts = QUICK if args.quick else FULL
-    labels = {"transport": args.transport}
+    options = {"encrypt": False} if args.no_encrypt else {}
+    labels = {"transport": args.transport, **options}
 
     if args.peer is None:
-        run_danaus(args.transport, counts, lambda r: print_line(line(labels, r)))
+        run_danaus(args.transport, options, counts, lambda r: print_line(line(labels, r)))
         return 0
 
     started = time.perf_counter()
     ours = run_danaus(
         args.transport,
+        options,
         counts,
         lambda r: log(f"danaus {r['workload']}: {r.get('metrics', r.get('error'))}"),
     )
