@@ -52,6 +52,50 @@ class Framework(Protocol):
         """Stop ``procs`` and wait until they are gone."""
 
 
+def owner_actor(api: Any, rdma_buffer: type) -> type:
+    """The owner actor on ``api`` (``danaus`` or ``monarch.actor``) and its ``RDMABuffer``.
+
+    The memory is registered as a memoryview of a numpy array, which both take.
+    """
+
+    class Owner(api.Actor):
+        def __init__(self) -> None:
+            self.memory: np.ndarray | None = None
+            self.buffer: Any = None
+
+        @api.endpoint
+        def register(self, nbytes: int) -> Any:
+            self.memory = np.random.default_rng(0).integers(0, 256, nbytes, dtype=np.uint8)
+            self.buffer = rdma_buffer(memoryview(self.memory))
+            return self.buffer
+
+        @api.endpoint
+        def checksum(self) -> int:
+            return zlib.crc32(self.memory)
+
+        @api.endpoint
+        def release(self) -> None:
+            self.buffer.drop().get()
+            self.buffer = self.memory = None
+
+    return Owner
+
+
+class OwnerFramework:
+    """`Framework` over an API with Monarch's ``this_host`` and meshes."""
+
+    def __init__(self, api: Any, rdma_buffer: type) -> None:
+        self._api = api
+        self._owner = owner_actor(api, rdma_buffer)
+
+    def spawn_owner(self) -> tuple[Any, Any]:
+        procs = self._api.this_host().spawn_procs(per_host={"procs": 1})
+        return procs, procs.spawn("owner", self._owner)
+
+    def stop(self, procs: Any) -> None:
+        procs.stop().get()
+
+
 def _size_name(nbytes: int) -> str:
     return f"{nbytes // MIB}MiB"
 

@@ -89,6 +89,47 @@ class Framework(Protocol):
         """A float32 CPU tensor of ``nbytes`` bytes."""
 
 
+def bench_actor(api: Any) -> type:
+    """The actor every workload talks to, on ``api`` (``danaus`` or ``monarch.actor``).
+
+    One class body for both frameworks; both pickle it by value (cloudpickle).
+    """
+
+    class Bench(api.Actor):
+        @api.endpoint
+        def echo(self, x: Any) -> Any:
+            return x
+
+        @api.endpoint
+        def length(self, payload: Any) -> int:
+            nbytes = getattr(payload, "nbytes", None)
+            return len(payload) if nbytes is None else nbytes
+
+    return Bench
+
+
+class MeshFramework:
+    """`Framework` over an API with Monarch's ``this_host`` and meshes."""
+
+    def __init__(self, api: Any) -> None:
+        self._api = api
+        self._bench = bench_actor(api)
+
+    def spawn_procs(self, count: int) -> Any:
+        return self._api.this_host().spawn_procs(per_host={"gpus": count})
+
+    def spawn(self, procs: Any) -> Any:
+        return procs.spawn("bench", self._bench)
+
+    def stop(self, procs: Any) -> None:
+        procs.stop().get()
+
+    def tensor(self, nbytes: int) -> Any:
+        import torch
+
+        return torch.rand(nbytes // 4, dtype=torch.float32)
+
+
 def _us(seconds: float) -> float:
     return round(seconds * 1e6, 1)
 

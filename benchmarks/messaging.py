@@ -24,39 +24,9 @@ import time
 from typing import Any
 
 from _monarch import add_arguments, line, log, print_line, print_report, run_peer
-from _workloads import FULL, QUICK, Counts, Framework, run_all, workload_names
+from _workloads import FULL, QUICK, Counts, MeshFramework, run_all, workload_names
 
 import danaus
-from danaus import Actor, endpoint, this_host
-
-
-class Bench(Actor):
-    """The actor every workload talks to."""
-
-    @endpoint
-    def echo(self, x: Any) -> Any:
-        return x
-
-    @endpoint
-    def length(self, payload: Any) -> int:
-        nbytes = getattr(payload, "nbytes", None)
-        return len(payload) if nbytes is None else nbytes
-
-
-class Danaus(Framework):
-    def spawn_procs(self, count: int) -> Any:
-        return this_host().spawn_procs(per_host={"gpus": count})
-
-    def spawn(self, procs: Any) -> Any:
-        return procs.spawn("bench", Bench)
-
-    def stop(self, procs: Any) -> None:
-        procs.stop().get()
-
-    def tensor(self, nbytes: int) -> Any:
-        import torch
-
-        return torch.rand(nbytes // 4, dtype=torch.float32)
 
 
 def run_danaus(
@@ -73,7 +43,7 @@ def run_danaus(
             emit(result)
         return results
     try:
-        for result in run_all(Danaus(), counts):
+        for result in run_all(MeshFramework(danaus), counts):
             results.append(result)
             emit(result)
     finally:

@@ -41,49 +41,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-import zlib
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 from _monarch import add_arguments, line, log, print_line, print_report, run_peer
-from _rdma_workloads import FULL, QUICK, Framework, Plan, run_all, workload_names
+from _rdma_workloads import FULL, QUICK, OwnerFramework, Plan, run_all, workload_names
 
 import danaus
-from danaus import Actor, endpoint, this_host
 from danaus.rdma import RDMABuffer
-
-
-class Owner(Actor):
-    """Holds the registered memory: a numpy array, registered as it is."""
-
-    def __init__(self) -> None:
-        self.memory: np.ndarray | None = None
-        self.buffer: RDMABuffer | None = None
-
-    @endpoint
-    def register(self, nbytes: int) -> RDMABuffer:
-        self.memory = np.random.default_rng(0).integers(0, 256, nbytes, dtype=np.uint8)
-        self.buffer = RDMABuffer(self.memory)
-        return self.buffer
-
-    @endpoint
-    def checksum(self) -> int:
-        return zlib.crc32(self.memory)
-
-    @endpoint
-    def release(self) -> None:
-        self.buffer.drop().get()
-        self.buffer = self.memory = None
-
-
-class Danaus(Framework):
-    def spawn_owner(self) -> tuple[Any, Any]:
-        procs = this_host().spawn_procs(per_host={"procs": 1})
-        return procs, procs.spawn("owner", Owner)
-
-    def stop(self, procs: Any) -> None:
-        procs.stop().get()
 
 
 def runs(transports: list[str], no_encrypt: bool) -> list[dict[str, Any]]:
@@ -117,7 +82,7 @@ def run_danaus(
             emit(result)
         return results
     try:
-        for result in run_all(Danaus(), plan):
+        for result in run_all(OwnerFramework(danaus, RDMABuffer), plan):
             results.append(result)
             emit(result)
     finally:

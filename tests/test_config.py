@@ -57,3 +57,41 @@ def test_environment_variable_selects_the_transport(name):
         timeout=60,
     ).stdout.strip()
     assert out == (name or "tcp")
+
+
+THREAD_KEEPS_ITS_LOOP = """
+import asyncio, threading
+import danaus
+
+loop = asyncio.new_event_loop()
+loop_set, configured, found = threading.Event(), threading.Event(), []
+
+def worker():
+    asyncio.set_event_loop(loop)
+    loop_set.set()
+    configured.wait(30)
+    found.append(asyncio.get_event_loop() is loop)
+
+thread = threading.Thread(target=worker)
+thread.start()
+loop_set.wait(30)
+danaus.configure(transport="sim")
+configured.set()
+thread.join(30)
+print(found)
+"""
+
+
+def test_choosing_sim_keeps_the_event_loops_other_threads_have_set():
+    """Threads that set a loop before ``sim`` was chosen (ucxx's notifier does) still find it."""
+    env = {k: v for k, v in os.environ.items() if k != "DANAUS_TRANSPORT"}
+    done = subprocess.run(
+        [sys.executable, "-c", THREAD_KEEPS_ITS_LOOP],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[True]"

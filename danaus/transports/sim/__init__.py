@@ -46,8 +46,23 @@ def configured(hosts: int = 1, seed: int = 0, network: NetworkModel | None = Non
     """Check the options and route ``asyncio.run`` to the simulator's loop."""
     if not isinstance(hosts, int) or hosts < 1:
         raise ValueError(f"hosts must be a positive int, got {hosts!r}")
-    if not isinstance(asyncio.get_event_loop_policy(), _SimLoopPolicy):
-        asyncio.set_event_loop_policy(_SimLoopPolicy())
+    _install_policy()
+
+
+def _install_policy() -> None:
+    """Route ``asyncio.run`` to the simulator, keeping the loop each thread has set.
+
+    A fresh policy would forget the loops that running threads set on the old
+    one, and threads that look theirs up later (ucxx's notifier, for one) would
+    break; so the new policy takes over the old one's per-thread state.
+    """
+    current = asyncio.get_event_loop_policy()
+    if isinstance(current, _SimLoopPolicy):
+        return
+    policy = _SimLoopPolicy()
+    if isinstance(current, asyncio.events.BaseDefaultEventLoopPolicy):
+        policy._local = current._local
+    asyncio.set_event_loop_policy(policy)
 
 
 @dataclass
