@@ -94,6 +94,7 @@ class UcxPlane:
         self._addresses: dict[str, asyncio.Future[str]] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._endpoints: list[Any] = []
+        self._handlers: set[asyncio.Task[Any]] = set()
         self._stopping = False
         self._ucx = _UcxLoop.shared()
         self.loop = self._ucx.loop
@@ -170,6 +171,10 @@ class UcxPlane:
     # ---- receiving --------------------------------------------------------------------
 
     async def _accept(self, endpoint: Any) -> None:
+        handler = asyncio.current_task()
+        if handler is not None:
+            self._handlers.add(handler)
+            handler.add_done_callback(self._handlers.discard)
         self._endpoints.append(endpoint)
         nonce = os.urandom(16)
         try:
@@ -207,6 +212,8 @@ class UcxPlane:
                 task.cancel()
             for endpoint in self._endpoints:
                 endpoint.abort()
+            if self._handlers:  # they end once their endpoint is aborted
+                await asyncio.wait(self._handlers, timeout=1)
             self._listener.close()
 
         try:
