@@ -8,7 +8,10 @@ only members of the job hold (it reaches workers on their stdin, like the
 CURVE key). Frames from a connection that fails the challenge are never read.
 
 Messages to one peer go out one at a time from one queue, over one endpoint,
-so they arrive in the order sent.
+so they arrive in the order sent. A UCX send completes when its buffer may be
+reused, not when the peer has it, and closing an endpoint drops what is still
+in flight; so a stopping plane ends each connection with `BYE` and closes it
+only when the peer has answered, once it has received everything before.
 
 Progress runs in ucxx's thread mode with Python futures: a C++ thread waits on
 the UCX worker's event descriptor and a notifier thread completes the asyncio
@@ -34,6 +37,12 @@ log = logging.getLogger("danaus.ucx")
 
 GREETING = b"DNSU1"
 """First frame of the challenge: names the protocol and its version."""
+
+BYE = b"DNSU-BYE"
+"""A connection's last message, answered in kind once everything before it has arrived."""
+
+LINGER = 2.0
+"""Seconds a stopping plane gives what it has queued to arrive (as zmq's linger does on tcp)."""
 
 
 def _proof(secret: bytes, nonce: bytes, proc: bytes) -> bytes:
@@ -90,12 +99,13 @@ class UcxPlane:
         self._secret = secret
         self._receive = receive
         self._lookup = lookup
-        self._queues: dict[str, asyncio.Queue[list[Any]]] = {}
+        self._queues: dict[str, asyncio.Queue[list[Any] | None]] = {}
         self._addresses: dict[str, asyncio.Future[str]] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._endpoints: list[Any] = []
         self._handlers: set[asyncio.Task[Any]] = set()
         self._stopping = False
+        self._draining = False
         self._ucx = _UcxLoop.shared()
         self.loop = self._ucx.loop
 
@@ -119,6 +129,9 @@ class UcxPlane:
         self.loop.call_soon_threadsafe(self._resolved, dest, address)
 
     def _enqueue(self, dest: str, message: list[Any]) -> None:
+        if self._draining:
+            log.debug("ucx: proc %s is stopping; a message for %s was dropped", self._proc, dest)
+            return
         queue = self._queues.get(dest)
         if queue is None:
             queue = self._queues[dest] = asyncio.Queue()
@@ -139,8 +152,11 @@ class UcxPlane:
         if not found.done():
             found.set_result(address)
 
-    async def _send_all(self, dest: str, queue: asyncio.Queue[list[Any]]) -> None:
-        """Connect to ``dest``, answer its challenge, then send its messages in order."""
+    async def _send_all(self, dest: str, queue: asyncio.Queue[list[Any] | None]) -> None:
+        """Connect to ``dest``, answer its challenge, then send its messages in order.
+
+        ``None`` in the queue ends the connection: `BYE`, then the peer's answer.
+        """
         try:
             host, port = (await self._address(dest)).rsplit(":", 1)
             endpoint = await ucxx.create_endpoint(host, int(port))
@@ -150,8 +166,10 @@ class UcxPlane:
                 raise ConnectionError(f"{dest} did not greet as a Danaus proc")
             nonce = bytes(greeting[1])
             await endpoint.send_multi([self._proc, _proof(self._secret, nonce, self._proc)])
-            while True:
-                await endpoint.send_multi(await queue.get())
+            while (message := await queue.get()) is not None:
+                await endpoint.send_multi(message)
+            await endpoint.send_multi([BYE])
+            await endpoint.recv_multi()
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -193,6 +211,9 @@ class UcxPlane:
         while True:
             try:
                 frames = await endpoint.recv_multi()
+                if len(frames) == 1 and bytes(frames[0]) == BYE:
+                    await endpoint.send_multi([BYE])
+                    return
             except Exception as exc:
                 log.debug("ucx: receiving from %s ended: %r", src, exc)
                 return
@@ -208,6 +229,19 @@ class UcxPlane:
         self._stopping = True
 
         async def close() -> None:
+            self._draining = True
+            sending = [task for task in self._tasks.values() if not task.done()]
+            for queue in self._queues.values():
+                queue.put_nowait(None)
+            if sending:  # what was sent before the stop still arrives
+                _, late = await asyncio.wait(sending, timeout=LINGER)
+                if late:
+                    log.warning(
+                        "ucx: proc %s stopped with messages for %d peers not sent after %.1f s",
+                        self._proc.decode(),
+                        len(late),
+                        LINGER,
+                    )
             for task in self._tasks.values():
                 task.cancel()
             for endpoint in self._endpoints:
@@ -217,6 +251,6 @@ class UcxPlane:
             self._listener.close()
 
         try:
-            self._ucx.run(close(), timeout=5)
+            self._ucx.run(close(), timeout=LINGER + 5)
         except Exception as exc:
             log.debug("ucx: closing: %r", exc)
