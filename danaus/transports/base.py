@@ -11,7 +11,9 @@ A transport brings three things:
 * a `Launcher` that starts procs on a host and reports when they end.
 
 Core code talks only to these classes. A transport package
-``danaus.transports.<name>`` exposes ``create_world(**options) -> World``.
+``danaus.transports.<name>`` exposes ``configured(**options)``, which checks
+the options (called by ``configure()`` and again just before the world is
+made), ``create_world(**options) -> World``, and its ``World`` class.
 """
 
 from __future__ import annotations
@@ -23,12 +25,22 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, overload
 
+from danaus.core.errors import SupervisionError
+
 if TYPE_CHECKING:
     from danaus.core.runtime import Runtime
     from danaus.core.trace import Trace
 
 Buffer = bytes | bytearray | memoryview
 FrameHandler = Callable[[str, list[Buffer]], None]
+
+
+def copy_frames(frames: Sequence[Buffer]) -> list[Buffer]:
+    """Frames the receiver may keep, as a network would hand them over: never the sender's memory.
+
+    Bytes are immutable, so they are shared rather than copied.
+    """
+    return [f if isinstance(f, bytes) else bytearray(f) for f in frames]
 
 
 class NumberedNames(Sequence[str]):
@@ -104,6 +116,11 @@ class ProcLoss:
 
 
 LossHandler = Callable[[ProcLoss], None]
+
+
+def memory_owner_lost(loss: ProcLoss) -> SupervisionError:
+    """What a read or write of memory registered by a lost proc fails with."""
+    return SupervisionError(f"the owner of the memory is gone: {loss.describe()}", loss)
 
 
 @dataclass(frozen=True)

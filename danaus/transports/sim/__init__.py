@@ -19,10 +19,15 @@ __all__ = [
     "SimRun",
     "SimWorld",
     "SimulationStalled",
+    "World",
     "configured",
     "create_world",
     "run",
 ]
+
+
+World = SimWorld
+"""The world class of this transport."""
 
 
 def create_world(**options: Any) -> SimWorld:

@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from danaus.core.errors import SupervisionError
 from danaus.transports.base import (
     Buffer,
     FrameHandler,
@@ -41,6 +40,8 @@ from danaus.transports.base import (
     MemoryHandle,
     ProcLoss,
     Transport,
+    copy_frames,
+    memory_owner_lost,
 )
 
 if TYPE_CHECKING:
@@ -244,7 +245,7 @@ class SimNetwork:
             self._notify(watcher, loss)
         for key in [k for k in self._memory if k[0] == proc]:
             del self._memory[key]
-        error = SupervisionError(f"the owner of the memory is gone: {loss.describe()}", loss)
+        error = memory_owner_lost(loss)
         for op in self._memory_ops.pop(proc, ()):
             if not op.future.done():
                 op.future.set_exception(error)
@@ -328,7 +329,7 @@ class SimNetwork:
         event.callbacks.append(lambda _: self.loop.call_soon(endpoint.on_loss, loss))
 
     def transmit(self, src: str, dst: str, frames: Sequence[Buffer]) -> None:
-        copied = [f if isinstance(f, bytes) else bytearray(f) for f in frames]
+        copied = copy_frames(frames)
         self._send(_Message(src, dst, copied, sum(len(f) for f in copied)))
 
     def _send(self, message: _Message) -> None:
@@ -411,10 +412,7 @@ class SimNetwork:
         op = _MemoryOp(future, handle, offset, view, write)
         owner = handle.owner
         if owner in self._losses:
-            loss = self._losses[owner]
-            future.set_exception(
-                SupervisionError(f"the owner of the memory is gone: {loss.describe()}", loss)
-            )
+            future.set_exception(memory_owner_lost(self._losses[owner]))
             return future
         self._memory_ops.setdefault(owner, []).append(op)
         data = bytes(view) if write else b""
