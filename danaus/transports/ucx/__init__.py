@@ -45,7 +45,11 @@ World = UcxWorld
 
 
 def create_world(**options: Any) -> UcxWorld:
-    configured(**options)
+    """The controller's world; at exit it shuts down while UCX still works.
+
+    Exit handlers run last registered first: registering the shutdown again
+    here runs it before those registered while UCX was set up (ucxx's finalizers).
+    """
     world = UcxWorld.controller(**options)
     atexit.register(config.shutdown)
     return world
