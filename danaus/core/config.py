@@ -24,10 +24,6 @@ _world: World | None = None
 
 def selected() -> str:
     """The name of the transport the next world will use."""
-    return _transport_name()
-
-
-def _transport_name() -> str:
     return _settings.get("transport") or os.environ.get("DANAUS_TRANSPORT") or DEFAULT_TRANSPORT
 
 
@@ -41,7 +37,7 @@ def configure(transport: str | None = None, **options: Any) -> None:
         raise RuntimeError(
             f"Danaus already runs on {_world.name!r}; call danaus.shutdown() before configure()"
         )
-    name = transport or _transport_name()
+    name = transport or selected()
     if name not in TRANSPORTS:
         raise ValueError(f"unknown transport {name!r}; choose one of {', '.join(TRANSPORTS)}")
     _settings.clear()
@@ -66,7 +62,7 @@ def current_world() -> World:
     global _world
     if _world is None:
         options = {k: v for k, v in _settings.items() if k != "transport"}
-        module = transport_module(_transport_name())
+        module = transport_module(selected())
         module.configured(**options)
         install(module.create_world(**options))
     assert _world is not None
