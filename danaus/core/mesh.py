@@ -67,13 +67,16 @@ class _Lifecycle:
         self.replacements: list[ProcMesh] = []
         self.incarnation = 0
 
-    def end(self) -> None:
-        """Stopped along with the procs it lived on: refuse messages, leave the owner's list."""
+    def end(self) -> bool:
+        """Refuse messages from now on, unwatched and off the owner's list; False if already so."""
+        if self.stopped:
+            return False
         self.stopped = True
         if self.owner is not None:
             self.owner._runtime.supervisor.release(self.mesh._mesh_id)
             if self.mesh in self.owner.owned:
                 self.owner.owned.remove(self.mesh)
+        return True
 
 
 def _caller() -> Instance:
@@ -129,8 +132,6 @@ class _Mesh(MeshTrait):
         if not self._stopping():
             return owner._runtime.submit(_noop())
         assert self._life is not None
-        if self._life.mesh in owner.owned:
-            owner.owned.remove(self._life.mesh)
         return owner._runtime.submit(self._life.mesh._stop_members(timeout))
 
     async def _stop_as_owner(self) -> None:
@@ -153,12 +154,7 @@ class _Mesh(MeshTrait):
             raise NotImplementedError(
                 f"only the owner of this {self._kind} can stop it; this is a reference to it"
             )
-        if self._life.stopped:
-            return False
-        self._life.stopped = True
-        if self._life.owner is not None:
-            self._life.owner._runtime.supervisor.release(self._mesh_id)
-        return True
+        return self._life.end()
 
 
 class HostMesh(_Mesh):
@@ -210,7 +206,7 @@ class HostMesh(_Mesh):
         )
         started = self._agents().spawn_procs._fold((mesh_id, count, name), {}, None, _ignore)
         procs = NumberedNames(f"{mesh_id}.", len(self) * count)
-        mesh = ProcMesh(mesh_id, procs, shape, self, count, _Lifecycle(name, started))
+        mesh = ProcMesh(mesh_id, procs, shape, self, _Lifecycle(name, started))
         return mesh._own(owner)
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> Future[None]:
@@ -224,8 +220,6 @@ class HostMesh(_Mesh):
         async def stop_all() -> None:
             for mesh in reversed(mine):
                 if mesh._stopping():
-                    if mesh in owner.owned:
-                        owner.owned.remove(mesh)
                     await mesh._stop_members(timeout)
 
         return owner._runtime.submit(stop_all())
@@ -248,14 +242,12 @@ class ProcMesh(_Mesh):
         procs: Sequence[str],
         shape: Shape,
         host_mesh: HostMesh,
-        per_host: int = 1,
         life: _Lifecycle | None = None,
     ) -> None:
         self._mesh_id = mesh_id
         self._procs = procs
         self._shape = shape
         self._host_mesh = host_mesh
-        self._per_host = per_host
         self._life = life
 
     @classmethod
@@ -263,9 +255,7 @@ class ProcMesh(_Mesh):
         return cls(proc, (proc,), Shape.unity(), host_mesh)
 
     def _with_shape(self, shape: Shape) -> ProcMesh:
-        return ProcMesh(
-            self._mesh_id, self._procs, shape, self._host_mesh, self._per_host, self._life
-        )
+        return ProcMesh(self._mesh_id, self._procs, shape, self._host_mesh, self._life)
 
     @property
     def host_mesh(self) -> HostMesh:
@@ -279,9 +269,13 @@ class ProcMesh(_Mesh):
         return _proc_agents(self).ping._fold((), {}, None, _ignore)
 
     def host_of(self, base: int) -> HostMesh:
-        """The host of the member at position ``base`` of the proc list, as a mesh of one."""
+        """The host of the member at position ``base`` of the proc list, as a mesh of one.
+
+        The list holds the procs of each host of ``host_mesh`` in turn, as many on each.
+        """
         hosts = self._host_mesh
-        return HostMesh.single(hosts._procs[hosts._shape.ranks()[base // self._per_host]])
+        per_host = len(self._procs) // len(hosts)
+        return HostMesh.single(hosts._procs[hosts._shape.ranks()[base // per_host]])
 
     def spawn(
         self,
@@ -352,10 +346,7 @@ class ProcMesh(_Mesh):
         return f"<ProcMesh {self._mesh_id} {self.sizes}>"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (
-            ProcMesh,
-            (self._mesh_id, self._members(), self._shape, self._host_mesh, self._per_host),
-        )
+        return (ProcMesh, (self._mesh_id, self._members(), self._shape, self._host_mesh))
 
 
 class ActorMesh(_Mesh, Generic[T]):
