@@ -66,6 +66,12 @@ def actor_error_payload(actor_id: str, exc: BaseException) -> list[Buffer]:
         return dumps(ActorError(actor_id, RemoteException(type(exc).__qualname__, str(exc)), tb))
 
 
+def member_id(mesh_id: str, name: str, index: int, incarnation: int = 0) -> str:
+    """The actor id of member ``index`` of a mesh (``~n`` once its owner has restarted it)."""
+    suffix = f"~{incarnation}" if incarnation else ""
+    return f"{mesh_id}/{name}[{index}]{suffix}"
+
+
 @dataclass(frozen=True)
 class SpawnOrder:
     """Everything a proc needs to host one member of an actor mesh."""
@@ -101,7 +107,7 @@ class _Mailbox:
 
     def put(self, item: Any) -> None:
         self._items.append(item)
-        self.put_nothing()
+        self._wake()
 
     async def get(self) -> Any:
         while not self._items:
@@ -112,9 +118,9 @@ class _Mailbox:
     def put_first(self, item: Any) -> None:
         """Queue ``item`` ahead of every message: it runs at the next safe point."""
         self._items.appendleft(item)
-        self.put_nothing()
+        self._wake()
 
-    def put_nothing(self) -> None:
+    def _wake(self) -> None:
         waiter = self._waiter
         if waiter is not None:
             self._waiter = None
@@ -182,11 +188,10 @@ class Instance:
     @classmethod
     def spawn(cls, runtime: Runtime, order: SpawnOrder, rank: Point) -> Instance:
         """Host member ``rank`` of a new actor mesh; it is built before any message."""
-        suffix = f"~{order.incarnation}" if order.incarnation else ""
         instance = cls(
             runtime,
             order.mesh_id,
-            f"{order.mesh_id}/{order.name}[{rank.rank}]{suffix}",
+            member_id(order.mesh_id, order.name, rank.rank, order.incarnation),
             order.name,
             rank,
             creator=order.creator,
@@ -263,9 +268,7 @@ class Instance:
         elif self.state == "failed":
             self._runtime.reply_error(call, self._failure_error(), self)
         else:
-            self._runtime.reply_error(
-                call, MeshStoppedError(f"actor {self.actor_id} was stopped"), self
-            )
+            self._runtime.reply_error(call, self._stopped_error(), self)
 
     def supervise(self, failure: MeshFailure) -> None:
         """A mesh this actor owns has a failed member: handle it at the next safe point."""
@@ -386,6 +389,9 @@ class Instance:
     def _failure_error(self) -> SupervisionError:
         return SupervisionError(f"actor {self.actor_id} has failed", self._failure)
 
+    def _stopped_error(self) -> MeshStoppedError:
+        return MeshStoppedError(f"actor {self.actor_id} was stopped")
+
     def _fail(
         self, cause: str, exc: BaseException | None = None, chained: MeshFailure | None = None
     ) -> None:
@@ -451,7 +457,7 @@ class Instance:
             await asyncio.wait_for(asyncio.shield(self._stopped), timeout)
         except asyncio.TimeoutError:
             log.warning("actor %s did not stop within %s s; abandoned", self.actor_id, timeout)
-            self.abandon(MeshStoppedError(f"actor {self.actor_id} was stopped"))
+            self.abandon(self._stopped_error())
 
     async def stop_owned(self) -> None:
         """Stop the meshes this actor spawned, newest first."""
@@ -476,7 +482,7 @@ class Instance:
         await self._cleanup(None)
         self.state = "stopped"
         self._runtime.trace.record("stop", self._runtime.proc_id, actor=self.actor_id)
-        self._runtime.retire(self, MeshStoppedError(f"actor {self.actor_id} was stopped"))
+        self._runtime.retire(self, self._stopped_error())
         self._release()
 
     def abandon(self, reason: BaseException) -> None:

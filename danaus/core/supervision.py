@@ -78,24 +78,9 @@ class MeshFailure:
     def __str__(self) -> str:
         return f"{self._headline()}: {self.cause}"
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (
-            MeshFailure,
-            (
-                self.mesh_name,
-                self.mesh_id,
-                self.rank,
-                self.actor_id,
-                self.proc,
-                self.host,
-                self.pid,
-                self.cause,
-                self.traceback,
-                self.exit_code,
-                self.signal,
-                self.chained,
-            ),
-        )
+    def __getstate__(self) -> dict[str, Any]:
+        """Travels without ``mesh``: the owner's handle, set again where the failure is received."""
+        return {**self.__dict__, "mesh": None}
 
 
 @dataclass(frozen=True)

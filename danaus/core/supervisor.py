@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from danaus.core.context import set_context
+from danaus.core.instance import member_id
 from danaus.core.supervision import MeshFailure, RestartBudget
 
 if TYPE_CHECKING:
@@ -41,7 +42,6 @@ class Supervisor:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
         self._owned: dict[str, _Owned] = {}
-        self._reported: set[tuple[str, int]] = set()
 
     def adopt(self, owner: Instance, mesh: ActorMesh[Any]) -> None:
         """Watch ``mesh`` (owned by ``owner``) for failures."""
@@ -49,6 +49,9 @@ class Supervisor:
         assert life is not None
         budget = RestartBudget(life.policy) if life.policy is not None else None
         self._owned[mesh._mesh_id] = _Owned(owner, mesh, budget)
+        self._watch_members(mesh)
+
+    def _watch_members(self, mesh: ActorMesh[Any]) -> None:
         for proc in dict.fromkeys(mesh._members()):
             self.runtime.watch(proc)
 
@@ -69,7 +72,7 @@ class Supervisor:
                         mesh_name=owned.mesh.name,
                         mesh_id=mesh_id,
                         rank=owned.mesh._shape.point(index),
-                        actor_id=f"{mesh_id}/{owned.mesh.name}[{index}]",
+                        actor_id=member_id(mesh_id, owned.mesh.name, index),
                         proc=loss.proc,
                         host=loss.host,
                         pid=loss.pid,
@@ -80,16 +83,15 @@ class Supervisor:
                 )
 
     def on_failure(self, failure: MeshFailure) -> None:
-        """A member of an owned mesh failed (loop thread)."""
+        """A member of an owned mesh failed (loop thread); each failed member is reported once."""
         owned = self._owned.get(failure.mesh_id)
         if owned is None:
             return
         base = owned.mesh._shape.ranks()[failure.rank.rank]
-        if (failure.mesh_id, base) in self._reported:
-            return
-        self._reported.add((failure.mesh_id, base))
         life = owned.mesh._life
         assert life is not None
+        if base in life.failed:
+            return
         life.failed[base] = failure
         failure.mesh = owned.mesh
         self.runtime.trace.record(
@@ -133,9 +135,7 @@ class Supervisor:
             return
         for base in ranks:
             life.failed.pop(base, None)
-            self._reported.discard((mesh._mesh_id, base))
-        for proc in dict.fromkeys(mesh._members()):
-            self.runtime.watch(proc)
+        self._watch_members(mesh)
         self.runtime.trace.record(
             "restart",
             self.runtime.proc_id,
