@@ -248,10 +248,6 @@ class RDMAAction:
         runtime = _runtime()
 
         async def all_done() -> None:
-            await asyncio.gather(*(_awaited(future) for future in futures))
+            await asyncio.gather(*futures)
 
         return runtime.submit(all_done())
-
-
-async def _awaited(future: Future[None]) -> None:
-    await future
