@@ -25,5 +25,5 @@ def configured(
 
 
 def create_world(**options: Any) -> TcpWorld:
-    configured(**options)
+    """The controller's world (``configured`` has checked the options)."""
     return TcpWorld.controller(**options)

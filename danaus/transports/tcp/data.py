@@ -11,7 +11,6 @@ messages in order. The ROUTER that receives is read on the runtime loop's thread
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -19,10 +18,7 @@ from typing import Any
 import zmq
 
 from danaus.transports.tcp.security import JobKeys
-
-log = logging.getLogger("danaus.tcp")
-
-RECV_BATCH = 256
+from danaus.transports.tcp.sockets import RECV_BATCH, bind_router, connect_dealer, sender
 
 
 class ZmqPlane:
@@ -48,11 +44,7 @@ class ZmqPlane:
         self.loop = loop
         self._receive = receive
         self._lookup = lookup
-        self._router = context.socket(zmq.ROUTER)
-        keys.serve(self._router)
-        self._router.linger = 0
-        self._router.rcvhwm = 0
-        self._router.bind(f"tcp://{bind_host}:*")
+        self._router = bind_router(context, keys, bind_host)
         self.address = self._router.last_endpoint.decode()
         self._dealers: dict[str, zmq.Socket] = {}
         self._addresses: dict[str, str] = {}
@@ -84,18 +76,9 @@ class ZmqPlane:
                     self._lookup(dest)
                 waiting.append(message)
                 return
-            dealer = self._dealer(dest, address)
+            dealer = connect_dealer(self._context, self._keys, self._proc, address)
+            self._dealers[dest] = dealer
         dealer.send_multipart(message, copy=False)
-
-    def _dealer(self, dest: str, address: str) -> zmq.Socket:
-        dealer = self._context.socket(zmq.DEALER)
-        self._keys.connect_as_client(dealer)
-        dealer.identity = self._proc.encode()
-        dealer.sndhwm = 0
-        dealer.linger = 1000
-        dealer.connect(address)
-        self._dealers[dest] = dealer
-        return dealer
 
     def resolved(self, dest: str, address: str) -> None:
         """``dest`` receives data at ``address``: what waited for it goes out, in order."""
@@ -121,15 +104,9 @@ class ZmqPlane:
             if not router.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                 return
             message = router.recv_multipart(zmq.NOBLOCK, copy=False)
-            if len(message) < 3:
-                log.error("proc %s: rejected a message of %d frames", self._proc, len(message))
-                continue
-            try:
-                src = message[0].bytes.decode()
-            except UnicodeDecodeError:
-                log.error("proc %s: rejected a message from a peer with a bad identity", self._proc)
-                continue
-            self._receive(src, [message[1].bytes, *(frame.buffer for frame in message[2:])])
+            src = sender(self._proc, message)
+            if src is not None:
+                self._receive(src, [message[1].bytes, *(frame.buffer for frame in message[2:])])
         self.loop.call_soon(self._readable)
 
     # ---- ending -----------------------------------------------------------------------

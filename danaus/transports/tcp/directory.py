@@ -35,7 +35,6 @@ class Directory:
 
     def __init__(
         self,
-        own_proc: str,
         send: Callable[[str, control.Control], None],
         io: IoLoop,
         *,
@@ -43,7 +42,6 @@ class Directory:
         heartbeat_timeout: float,
         kill: Callable[[str], None],
     ) -> None:
-        self._own = own_proc
         self._send = send
         self._io = io
         self._interval = heartbeat_interval
@@ -121,10 +119,6 @@ class Directory:
         entry = self._entries.get(proc)
         return entry.address if entry is not None else None
 
-    def pid(self, proc: str) -> int | None:
-        entry = self._entries.get(proc)
-        return entry.pid if entry is not None else None
-
     def _heartbeat(self) -> None:
         now = time.monotonic()
         self._ping += 1
@@ -139,6 +133,6 @@ class Directory:
                     )
                 )
                 self._kill(proc)
-            elif proc != self._own and entry.last_heard != float("inf"):
+            elif entry.last_heard != float("inf"):
                 self._send(proc, control.Ping(self._ping))
         self._io.call_later(self._interval, self._heartbeat)

@@ -24,6 +24,8 @@ import zmq
 log = logging.getLogger("danaus.io")
 
 Handler = Callable[[], None]
+Settle = Callable[[BaseException | None], None]
+"""Ends an operation: with None when it succeeded, else with its error."""
 
 
 class IoLoop:
@@ -122,9 +124,7 @@ class IoLoop:
             log.exception("error on the I/O thread in %r", fn)
 
 
-def settler(
-    loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]
-) -> Callable[[BaseException | None], None]:
+def settler(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> Settle:
     """A thread-safe, settle-once callback for ``future`` of ``loop``: for the I/O thread."""
 
     def settle(error: BaseException | None) -> None:

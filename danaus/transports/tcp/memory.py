@@ -18,8 +18,8 @@ from typing import Any
 
 import msgspec
 
-from danaus.core.errors import SupervisionError
-from danaus.transports.base import MemoryHandle, ProcLoss
+from danaus.transports.base import MemoryHandle, ProcLoss, memory_owner_lost
+from danaus.transports.tcp.ioloop import Settle
 
 MEMORY = b"M"
 CHUNK = 8 * 1024 * 1024
@@ -79,7 +79,7 @@ class _Op:
     owner: str
     view: memoryview
     remaining: int
-    settle: Callable[[BaseException | None], None]
+    settle: Settle
     wanted: Callable[[], bool]
     """False once the caller gave up (a timeout): late bytes must not land in ``view``."""
 
@@ -114,7 +114,7 @@ class MemoryService:
         offset: int,
         view: memoryview,
         write: bool,
-        settle: Callable[[BaseException | None], None],
+        settle: Settle,
         wanted: Callable[[], bool],
     ) -> None:
         """Begin a read into ``view`` (or a write from it) of remote memory (I/O thread)."""
@@ -135,15 +135,23 @@ class MemoryService:
     def _local(
         self, handle: MemoryHandle, offset: int, view: memoryview, write: bool
     ) -> BaseException | None:
-        memory = self._buffers.get(handle.key)
-        if memory is None:
-            return RuntimeError("the RDMA buffer was dropped by its owner")
-        end = offset + view.nbytes
+        region = self._region(handle.key, offset, view.nbytes)
+        if isinstance(region, str):
+            return RuntimeError(region)
         if write:
-            memory[offset:end] = view
+            region[:] = view
         else:
-            view[:] = memory[offset:end]
+            view[:] = region
         return None
+
+    def _region(self, key: int, offset: int, length: int) -> memoryview | str:
+        """``length`` bytes at ``offset`` of registered buffer ``key``, or why there are none."""
+        memory = self._buffers.get(key)
+        if memory is None:
+            return "the RDMA buffer was dropped by its owner"
+        if offset + length > memory.nbytes:
+            return "out of range"
+        return memory[offset : offset + length]
 
     def handle(self, src: str, frames: list[Any]) -> None:
         """A memory message arrived from ``src`` (I/O thread)."""
@@ -161,26 +169,22 @@ class MemoryService:
             self._acked(message)
 
     def _serve_read(self, src: str, request: Read) -> None:
-        memory = self._buffers.get(request.key)
-        if memory is None or request.offset + request.length > memory.nbytes:
-            error = "the RDMA buffer was dropped by its owner" if memory is None else "out of range"
-            self._send(src, [MEMORY, _encoder.encode(Data(request.op, 0, error))])
+        region = self._region(request.key, request.offset, request.length)
+        if isinstance(region, str):
+            self._send(src, [MEMORY, _encoder.encode(Data(request.op, 0, region))])
             return
         for position in range(0, request.length, CHUNK):
-            start = request.offset + position
-            chunk = memory[start : start + min(CHUNK, request.length - position)]
+            chunk = region[position : position + CHUNK]
             self._send(src, [MEMORY, _encoder.encode(Data(request.op, position)), chunk])
 
     def _serve_write(self, src: str, request: Write, data: Any) -> None:
-        memory = self._buffers.get(request.key)
         length = memoryview(data).nbytes if data is not None else 0
-        error = None
-        if memory is None:
-            error = "the RDMA buffer was dropped by its owner"
-        elif request.offset + length > memory.nbytes:
-            error = "out of range"
+        region = self._region(request.key, request.offset, length)
+        if isinstance(region, str):
+            error: str | None = region
         else:
-            memory[request.offset : request.offset + length] = data
+            region[:] = data
+            error = None
         self._send(src, [MEMORY, _encoder.encode(Ack(request.op, length, error))])
 
     def _arrived(self, op_id: int, error: str | None, data: Any, position: int) -> None:
@@ -220,6 +224,6 @@ class MemoryService:
 
     def lost(self, loss: ProcLoss) -> None:
         """Transfers with a lost proc fail (I/O thread)."""
-        error = SupervisionError(f"the owner of the memory is gone: {loss.describe()}", loss)
+        error = memory_owner_lost(loss)
         for op_id in [i for i, op in self._ops.items() if op.owner == loss.proc]:
             self._finish(op_id, error)

@@ -112,6 +112,3 @@ class ZapHandler:
             address.decode(errors="replace"),
         )
         return [b"1.0", request_id, b"400", b"not a member of this job", b"", b""]
-
-    def close(self) -> None:
-        self._socket.close(0)

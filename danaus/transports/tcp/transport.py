@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
-from danaus.core.errors import SupervisionError
 from danaus.transports.base import (
     Buffer,
     FrameHandler,
@@ -30,13 +29,16 @@ from danaus.transports.base import (
     MemoryHandle,
     ProcLoss,
     Transport,
+    copy_frames,
+    memory_owner_lost,
 )
 from danaus.transports.tcp import control
 from danaus.transports.tcp.control import CONTROL, DATA
 from danaus.transports.tcp.data import ZmqPlane
-from danaus.transports.tcp.ioloop import IoLoop, settler
+from danaus.transports.tcp.ioloop import IoLoop, Settle, settler
 from danaus.transports.tcp.memory import MEMORY, MemoryService
 from danaus.transports.tcp.security import JobKeys
+from danaus.transports.tcp.sockets import RECV_BATCH, bind_router, connect_dealer, sender
 
 if TYPE_CHECKING:
     from danaus.transports.tcp.directory import Directory
@@ -44,7 +46,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("danaus.tcp")
 
 ROOT = "root"
-RECV_BATCH = 256
 
 
 class TcpTransport(Transport):
@@ -64,7 +65,6 @@ class TcpTransport(Transport):
         *,
         bind_host: str = "127.0.0.1",
         controller_address: str | None = None,
-        max_frame_bytes: int = -1,
     ) -> None:
         self.proc_id = proc_id
         self.host = host
@@ -72,12 +72,7 @@ class TcpTransport(Transport):
         self.loop = loop
         self._context = context
         self._keys = keys
-        self.router = context.socket(zmq.ROUTER)
-        keys.serve(self.router)
-        self.router.linger = 0
-        self.router.rcvhwm = 0
-        self.router.maxmsgsize = max_frame_bytes
-        self.router.bind(f"tcp://{bind_host}:*")
+        self.router = bind_router(context, keys, bind_host)
         self.directory: Directory | None = None
         self.on_control: Callable[[str, control.Control], None] | None = None
         self._dealers: dict[str, zmq.Socket] = {}
@@ -113,8 +108,7 @@ class TcpTransport(Transport):
 
     def send(self, dest: str, frames: Sequence[Buffer]) -> None:
         if dest == self.proc_id:
-            copied = [f if isinstance(f, bytes) else bytearray(f) for f in frames]
-            self.loop.call_soon_threadsafe(self._deliver, dest, copied)
+            self.loop.call_soon_threadsafe(self._deliver, dest, copy_frames(frames))
         elif dest in self._lost:
             self._report(self._lost[dest])
         else:
@@ -155,12 +149,12 @@ class TcpTransport(Transport):
         offset: int,
         view: memoryview,
         write: bool,
-        settle: Callable[[BaseException | None], None],
+        settle: Settle,
         future: asyncio.Future[None],
     ) -> None:
         loss = self._lost.get(handle.owner)
         if loss is not None:
-            settle(SupervisionError(f"the owner of the memory is gone: {loss.describe()}", loss))
+            settle(memory_owner_lost(loss))
         else:
             self.memory.start(handle, offset, view, write, settle, lambda: not future.done())
 
@@ -172,12 +166,17 @@ class TcpTransport(Transport):
             return
         address = self._address(dest)
         if address is None:
-            if dest not in self._pending:
-                self._pending[dest] = []
-                self._ask(control.Where(dest))
-            self._pending[dest].append(message)
-            return
-        self._dealer(dest, address.control).send_multipart(message, copy=False)
+            self._waiting(dest).append(message)
+        else:
+            self._dealer(dest, address.control).send_multipart(message, copy=False)
+
+    def _waiting(self, dest: str) -> list[list[Any]]:
+        """What waits for ``dest``'s address; the directory is asked for it once."""
+        waiting = self._pending.get(dest)
+        if waiting is None:
+            waiting = self._pending[dest] = []
+            self._ask(control.Where(dest))
+        return waiting
 
     def _lookup(self, dest: str) -> None:
         """The data plane needs ``dest``'s address (from its thread): find it here."""
@@ -187,9 +186,8 @@ class TcpTransport(Transport):
         address = self._address(dest)
         if address is not None:
             self.data.resolved(dest, address.data)
-        elif dest not in self._pending:
-            self._pending[dest] = []
-            self._ask(control.Where(dest))
+        else:
+            self._waiting(dest)
 
     def send_control(self, dest: str, message: control.Control) -> None:
         """Send a control message (I/O thread only)."""
@@ -215,12 +213,7 @@ class TcpTransport(Transport):
         """The zmq socket to ``dest`` (made on first use)."""
         dealer = self._dealers.get(dest)
         if dealer is None:
-            dealer = self._context.socket(zmq.DEALER)
-            self._keys.connect_as_client(dealer)
-            dealer.identity = self.proc_id.encode()
-            dealer.sndhwm = 0
-            dealer.linger = 1000
-            dealer.connect(endpoint)
+            dealer = connect_dealer(self._context, self._keys, self.proc_id, endpoint)
             self._dealers[dest] = dealer
         return dealer
 
@@ -242,15 +235,8 @@ class TcpTransport(Transport):
                 message = self.router.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
-            if len(message) < 3:
-                log.error("proc %s: rejected a message of %d frames", self.proc_id, len(message))
-                continue
-            try:
-                src = message[0].bytes.decode()
-            except UnicodeDecodeError:
-                log.error(
-                    "proc %s: rejected a message from a peer with a bad identity", self.proc_id
-                )
+            src = sender(self.proc_id, message)
+            if src is None:
                 continue
             kind = message[1].bytes
             if kind == MEMORY:

@@ -66,8 +66,6 @@ class TcpWorld(World):
         bind_host: str = "127.0.0.1",
         trace: bool = False,
     ) -> None:
-        if heartbeat_interval <= 0 or heartbeat_timeout <= heartbeat_interval:
-            raise ValueError("need 0 < heartbeat_interval < heartbeat_timeout")
         self.proc_id = proc_id
         self.host = host
         self.host_agent = host_agent
@@ -121,7 +119,6 @@ class TcpWorld(World):
             trace=trace,
         )
         world.directory = Directory(
-            ROOT,
             world.transport.send_control,
             world.io,
             heartbeat_interval=heartbeat_interval,
