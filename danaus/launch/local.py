@@ -11,18 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, TypeVar
 
 from danaus.launch.bootstrap import Bootstrap
 from danaus.transports.base import Launcher, ProcLoss, ProcSpec
 from danaus.transports.tcp import control
-from danaus.transports.tcp.ioloop import settler
+from danaus.transports.tcp.ioloop import Settle, settler
 
 if TYPE_CHECKING:
     from danaus.transports.tcp.world import TcpWorld
@@ -30,16 +31,23 @@ if TYPE_CHECKING:
 STARTUP_TIMEOUT = 60.0
 STDERR_TAIL = 20
 
+T = TypeVar("T")
+
 
 @dataclass
 class _Child:
     spec: ProcSpec
     popen: subprocess.Popen[bytes]
     pidfd: int
-    started: Callable[[BaseException | None], None]
+    started: Settle
     stderr_tail: list[str] = field(default_factory=list)
     partial: dict[int, bytes] = field(default_factory=dict)
-    exited: Callable[[BaseException | None], None] | None = None
+    exited: Settle | None = None
+
+    def outputs(self) -> tuple[tuple[IO[bytes], IO[str]], ...]:
+        """The worker's stdout and stderr pipes, each with the stream it is copied to."""
+        assert self.popen.stdout is not None and self.popen.stderr is not None
+        return (self.popen.stdout, sys.stdout), (self.popen.stderr, sys.stderr)
 
 
 class LocalLauncher(Launcher):
@@ -50,24 +58,14 @@ class LocalLauncher(Launcher):
         self._children: dict[str, _Child] = {}
 
     async def launch(self, specs: Sequence[ProcSpec]) -> None:
-        loop = asyncio.get_running_loop()
-        waits = []
-        for spec in specs:
-            started: asyncio.Future[None] = loop.create_future()
-            waits.append(started)
-            self.world.io.call_soon(self._start, spec, settler(loop, started))
+        waits = self._each_on_io(self._start, specs)
         try:
             await asyncio.wait_for(asyncio.gather(*waits), STARTUP_TIMEOUT)
         except asyncio.TimeoutError:
             raise RuntimeError(f"procs did not start within {STARTUP_TIMEOUT:g} s") from None
 
     async def stop(self, procs: Sequence[str], timeout: float) -> None:
-        loop = asyncio.get_running_loop()
-        waits = []
-        for proc in procs:
-            exited: asyncio.Future[None] = loop.create_future()
-            waits.append(exited)
-            self.world.io.call_soon(self._ask_exit, proc, settler(loop, exited))
+        waits = self._each_on_io(self._ask_exit, procs)
         if not waits:
             return
         _, pending = await asyncio.wait(waits, timeout=timeout)
@@ -76,9 +74,21 @@ class LocalLauncher(Launcher):
                 self.world.io.call_soon(self.kill, proc)
             await asyncio.wait(pending, timeout=timeout)
 
+    def _each_on_io(
+        self, fn: Callable[[T, Settle], None], items: Iterable[T]
+    ) -> list[asyncio.Future[None]]:
+        """Call ``fn(item, settle)`` on the I/O thread for each item; the futures they settle."""
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[None]] = []
+        for item in items:
+            future: asyncio.Future[None] = loop.create_future()
+            futures.append(future)
+            self.world.io.call_soon(fn, item, settler(loop, future))
+        return futures
+
     # ---- I/O thread -------------------------------------------------------------------
 
-    def _start(self, spec: ProcSpec, started: Callable[[BaseException | None], None]) -> None:
+    def _start(self, spec: ProcSpec, started: Settle) -> None:
         world = self.world
         bootstrap = Bootstrap(
             proc_id=spec.proc_id,
@@ -116,12 +126,11 @@ class LocalLauncher(Launcher):
         self._children[spec.proc_id] = child
         world.directory.expect(spec.proc_id, lambda: started(None))
         world.io.add_reader(child.pidfd, lambda: self._exited(child))
-        assert popen.stdout is not None and popen.stderr is not None
-        for pipe, sink in ((popen.stdout, sys.stdout), (popen.stderr, sys.stderr)):
+        for pipe, sink in child.outputs():
             os.set_blocking(pipe.fileno(), False)
-            world.io.add_reader(pipe.fileno(), _forwarder(child, pipe, sink))
+            world.io.add_reader(pipe.fileno(), functools.partial(_drain, child, pipe, sink))
 
-    def _ask_exit(self, proc: str, exited: Callable[[BaseException | None], None]) -> None:
+    def _ask_exit(self, proc: str, exited: Settle) -> None:
         child = self._children.get(proc)
         if child is None:
             exited(None)
@@ -144,19 +153,14 @@ class LocalLauncher(Launcher):
         """The procs this launcher started that are still running."""
         return list(self._children)
 
-    def pid(self, proc: str) -> int | None:
-        child = self._children.get(proc)
-        return child.popen.pid if child is not None else None
-
     def _exited(self, child: _Child) -> None:
         io = self.world.io
         io.remove_reader(child.pidfd)
         os.close(child.pidfd)
         self._children.pop(child.spec.proc_id, None)
         code = child.popen.wait()
-        for pipe in (child.popen.stdout, child.popen.stderr):
-            assert pipe is not None
-            _drain(child, pipe, sys.stdout if pipe is child.popen.stdout else sys.stderr)
+        for pipe, sink in child.outputs():
+            _drain(child, pipe, sink)
             io.remove_reader(pipe.fileno())
             pipe.close()
         loss = ProcLoss(
@@ -172,13 +176,6 @@ class LocalLauncher(Launcher):
         child.started(RuntimeError(f"{loss.describe()} before it started:\n{tail}"))
         if child.exited is not None:
             child.exited(None)
-
-
-def _forwarder(child: _Child, pipe: IO[bytes], sink: IO[str]) -> Callable[[], None]:
-    def forward() -> None:
-        _drain(child, pipe, sink)
-
-    return forward
 
 
 def _drain(child: _Child, pipe: IO[bytes], sink: IO[str]) -> None:
