@@ -35,6 +35,26 @@ KINDS: tuple[FaultKind, ...] = (
 )
 REAL_KINDS: tuple[FaultKind, ...] = ("crash", "pause")
 """The kinds a real transport can apply too (through the launcher's signals)."""
+INSTANT_KINDS: tuple[FaultKind, ...] = ("crash", "crash_host")
+"""The kinds that have no duration: nothing comes back to heal."""
+AMOUNTS: dict[FaultKind, tuple[float, float]] = {
+    "slow": (0.001, 0.2),
+    "delay": (0.001, 0.5),
+    "bandwidth": (0.001, 0.5),
+    "raise": (0.1, 1.0),
+}
+"""The range a drawn fault's ``amount`` comes from, for the kinds that have one."""
+
+
+def usable_kinds(
+    kinds: Sequence[FaultKind], hosts: int, endpoints: Sequence[tuple[str, str]]
+) -> list[FaultKind]:
+    """The ``kinds`` that have a target: ``raise`` needs endpoints, links need two hosts."""
+    return [
+        k
+        for k in kinds
+        if (k != "raise" or endpoints) and (hosts > 1 or k not in ("delay", "clog", "partition"))
+    ]
 
 
 @dataclass(frozen=True)
@@ -155,8 +175,7 @@ def random_plan(
 ) -> Plan:
     """The faults seed ``seed`` draws for a run of ``duration`` seconds on ``hosts`` hosts."""
     rng = random.Random(f"plan-{seed}")
-    kinds = [k for k in kinds if k != "raise" or endpoints]
-    kinds = [k for k in kinds if hosts > 1 or k not in ("delay", "clog", "partition")]
+    kinds = usable_kinds(kinds, hosts, endpoints)
     if not kinds:
         return Plan()
     weights = [rng.random() ** 2 for _ in kinds]
@@ -179,20 +198,15 @@ def random_plan(
             target = tuple(sorted(side))
         else:
             target = rng.choice(list(endpoints))
-        amount = {
-            "slow": rng.uniform(0.001, 0.2),
-            "delay": rng.uniform(0.001, 0.5),
-            "bandwidth": rng.uniform(0.001, 0.5),
-            "raise": rng.uniform(0.1, 1.0),
-        }.get(kind, 0.0)
-        instant = kind in ("crash", "crash_host")
+        # An amount for every kind, whichever was drawn: each seed keeps the plan it always had.
+        amounts = {k: rng.uniform(low, high) for k, (low, high) in AMOUNTS.items()}
         faults.append(
             Fault(
                 at=at,
                 kind=kind,
                 target=target,
-                duration=0.0 if instant else length,
-                amount=round(amount, 6),
+                duration=0.0 if kind in INSTANT_KINDS else length,
+                amount=round(amounts.get(kind, 0.0), 6),
                 one_way=kind == "partition" and rng.random() < 0.3,
             )
         )

@@ -15,14 +15,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from danaus.chaos.plan import KINDS, Fault, FaultKind, Plan
-
-_AMOUNTS = {
-    "slow": (0.001, 0.2),
-    "delay": (0.001, 0.5),
-    "bandwidth": (0.001, 0.5),
-    "raise": (0.1, 1.0),
-}
+from danaus.chaos.plan import AMOUNTS, INSTANT_KINDS, KINDS, Fault, FaultKind, Plan, usable_kinds
 
 
 @st.composite
@@ -34,8 +27,7 @@ def faults(
     endpoints: Sequence[tuple[str, str]] = (),
 ) -> Fault:
     """One fault of ``kinds`` within ``duration`` seconds on a cluster of ``hosts`` hosts."""
-    usable = [k for k in kinds if (k != "raise" or endpoints) and (hosts > 1 or k not in _LINKS)]
-    kind = draw(st.sampled_from(usable))
+    kind = draw(st.sampled_from(usable_kinds(kinds, hosts, endpoints)))
     host = draw(st.integers(0, hosts - 1))
     if kind in ("crash", "pause", "slow"):
         target: tuple[Any, ...] = (host, draw(st.integers(0, 7)))
@@ -48,18 +40,14 @@ def faults(
         target = tuple(sorted(side))
     else:
         target = draw(st.sampled_from(list(endpoints)))
-    low, high = _AMOUNTS.get(kind, (0.0, 0.0))
     return Fault(
         at=draw(st.floats(0, duration, allow_nan=False)),
         kind=kind,
         target=target,
-        duration=0.0 if kind in ("crash", "crash_host") else draw(st.floats(0, duration)),
-        amount=draw(st.floats(low, high)) if high else 0.0,
+        duration=0.0 if kind in INSTANT_KINDS else draw(st.floats(0, duration)),
+        amount=draw(st.floats(*AMOUNTS[kind])) if kind in AMOUNTS else 0.0,
         one_way=kind == "partition" and draw(st.booleans()),
     )
-
-
-_LINKS = ("delay", "clog", "partition")
 
 
 def plans(
