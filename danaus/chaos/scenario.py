@@ -44,5 +44,10 @@ class Scenario:
         )
 
     @property
+    def quiet_after(self) -> float:
+        """No fault a seed draws outlasts this: each starts within ``duration``, lasts no longer."""
+        return 2 * self.duration
+
+    @property
     def name(self) -> str:
         return type(self).__name__

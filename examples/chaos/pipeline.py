@@ -123,8 +123,8 @@ class Pipeline(Scenario):
         attempts: Counter[int] = Counter()
         due: dict[int, float] = {}
         fed = 0
-        # Faults start within `duration` and last at most as long: retry until well after.
-        while (fed < self.items or ops) and loop.time() < 2 * self.duration + 3:
+        # Retry until well after the last fault has healed.
+        while (fed < self.items or ops) and loop.time() < self.quiet_after + 3:
             now = loop.time()
             if fed < self.items and now >= fed * self.feed_every:
                 ops[fed], due[fed] = history.invoke("item", item=fed), now

@@ -119,11 +119,6 @@ class Training(Scenario):
     endpoints = (("ps", "pull"), ("ps", "push"), ("workers", "train"))
     step_timeout = 1.0
 
-    @property
-    def quiet_after(self) -> float:
-        """No fault outlasts this: each starts within ``duration`` and lasts at most as long."""
-        return 2 * self.duration
-
     async def run(self, history: History) -> int:
         loop = asyncio.get_running_loop()
         procs = hosts().slice(hosts=slice(1, 3)).spawn_procs(per_host={"gpus": 2}, name="workers")
