@@ -9,7 +9,6 @@ need the network model and are reported as skipped.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -18,8 +17,6 @@ from danaus.core import sites
 from danaus.transports.base import World
 from danaus.transports.sim.world import SimWorld
 
-log = logging.getLogger("danaus.chaos")
-
 
 class Nemesis:
     """Runs ``plan`` against ``world`` from the moment `start` is called."""
@@ -27,20 +24,17 @@ class Nemesis:
     def __init__(self, world: World, plan: Plan) -> None:
         self.world = world
         self.plan = plan
-        self.applied: list[Fault] = []
         self.skipped: list[tuple[Fault, str]] = []
         self._heals: dict[int, Callable[[], None]] = {}
         self._timers: list[asyncio.TimerHandle] = []
 
     def start(self) -> None:
-        def schedule() -> None:
-            for index, fault in enumerate(self.plan):
-                self._timers.append(self.world.loop.call_later(fault.at, self._apply, index, fault))
+        """Schedule the plan's faults from now (from any thread)."""
+        self.world.root.on_loop(self._schedule)
 
-        if self.world.loop.is_running() and asyncio._get_running_loop() is not self.world.loop:
-            self.world.loop.call_soon_threadsafe(schedule)
-        else:
-            schedule()
+    def _schedule(self) -> None:
+        for index, fault in enumerate(self.plan):
+            self._timers.append(self.world.loop.call_later(fault.at, self._apply, index, fault))
 
     def heal_all(self) -> None:
         """Cancel faults still to come and heal those still active."""
@@ -60,7 +54,6 @@ class Nemesis:
         except _Skip as skip:
             self._skip(fault, str(skip))
             return
-        self.applied.append(fault)
         self.world.trace.record("fault", "nemesis", fault=fault.describe())
         if heal is not None:
 
@@ -107,7 +100,7 @@ class Nemesis:
             host.bandwidth_factor *= factor
             return lambda: _divide(host, "bandwidth_factor", factor)
         if kind == "delay":
-            links = self._links(fault.target[0], fault.target[1])
+            links = [network.link(src, dst) for src, dst in self._link(fault)]
             for link in links:
                 link.extra_latency += fault.amount
                 link.jitter += fault.amount / 2
@@ -119,7 +112,7 @@ class Nemesis:
 
             return heal_delay
         if kind == "clog":
-            pairs = self._pairs([fault.target[0]], [fault.target[1]], one_way=False)
+            pairs = self._link(fault)
         else:
             side = [self._host(h) for h in fault.target]
             rest = [h for h in world.hosts() if h not in side]
@@ -158,9 +151,7 @@ class Nemesis:
             raise _Skip("no worker procs on that host")
         return workers[int(fault.target[1]) % len(workers)]
 
-    def _pairs(self, side: list[Any], other: list[Any], one_way: bool) -> list[tuple[str, str]]:
-        side = [h if isinstance(h, str) else self._host(h) for h in side]
-        other = [h if isinstance(h, str) else self._host(h) for h in other]
+    def _pairs(self, side: list[str], other: list[str], one_way: bool) -> list[tuple[str, str]]:
         pairs = [(a, b) for a in side for b in other if a != b]
         if not one_way:
             pairs += [(b, a) for a, b in pairs]
@@ -168,9 +159,10 @@ class Nemesis:
             raise _Skip("the link joins a host to itself")
         return pairs
 
-    def _links(self, a: int, b: int) -> list[Any]:
-        assert isinstance(self.world, SimWorld)
-        return [self.world.network.link(src, dst) for src, dst in self._pairs([a], [b], False)]
+    def _link(self, fault: Fault) -> list[tuple[str, str]]:
+        """Both directions between the two hosts of a delay or clog."""
+        a, b = self._host(fault.target[0]), self._host(fault.target[1])
+        return self._pairs([a], [b], one_way=False)
 
 
 class _Skip(Exception):
