@@ -166,7 +166,7 @@ async def survivors(procs: Iterable[str], timeout: float) -> list[Violation]:
     found = []
     for proc in procs:
         try:
-            actors = await asyncio.wait_for(_awaited(agent_of(proc).actors.call_one()), timeout)
+            actors = await asyncio.wait_for(agent_of(proc).actors.call_one(), timeout)
         except (SupervisionError, MeshStoppedError):
             continue
         except asyncio.TimeoutError:
@@ -177,7 +177,7 @@ async def survivors(procs: Iterable[str], timeout: float) -> list[Violation]:
                 mesh_id, name, {"__initialized__": probe_spec}, (proc,), Shape.unity()
             )
             try:
-                await asyncio.wait_for(_awaited(Endpoint(ref, probe_spec).call_one()), timeout)
+                await asyncio.wait_for(Endpoint(ref, probe_spec).call_one(), timeout)
             except (SupervisionError, MeshStoppedError):
                 continue
             except asyncio.TimeoutError:
@@ -187,7 +187,3 @@ async def survivors(procs: Iterable[str], timeout: float) -> list[Violation]:
                     )
                 )
     return found
-
-
-async def _awaited(future: Any) -> Any:
-    return await future

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from danaus.chaos.plan import Plan
-from danaus.chaos.runner import Outcome, run_scenario, run_seeds, shrink
+from danaus.chaos.runner import Outcome, replay_command, run_scenario, run_seeds, shrink
 from danaus.chaos.scenario import Scenario
 
 
@@ -64,16 +63,6 @@ def _seeds(text: str) -> range:
         raise SystemExit(f"--seeds takes START:STOP, got {text!r}") from None
 
 
-def replay_command(target: str, seed: int, plan: Plan | None = None, transport: str = "sim") -> str:
-    """The one-line command that reruns ``seed`` (with ``plan``, if it is not the seed's own)."""
-    parts = ["danaus", "chaos", "replay", target, "--seed", str(seed)]
-    if plan is not None:
-        parts += ["--plan", plan.to_json()]
-    if transport != "sim":
-        parts += ["--transport", transport]
-    return shlex.join(parts)
-
-
 def _report(console: Console, target: str, outcome: Outcome, plan: Plan | None = None) -> None:
     console.print(f"[bold red]seed {outcome.seed} failed[/] ({len(outcome.violations)} violations)")
     console.print("  plan:")
@@ -92,7 +81,7 @@ def _report(console: Console, target: str, outcome: Outcome, plan: Plan | None =
 
 
 def _run(args: argparse.Namespace, load: Callable[[str], Any]) -> int:
-    console = Console(stderr=False)
+    console = Console()
     scenario = _scenario(args.target, load)
     seeds = _seeds(args.seeds)
     started = time.perf_counter()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import random
+import shlex
 import threading
 import time
 import traceback
@@ -33,7 +34,7 @@ from danaus.core.supervision import MeshFailure
 from danaus.core.trace import Trace
 from danaus.transports.base import World
 from danaus.transports.sim.loop import SimulationStalled, SimulationTimeLimit
-from danaus.transports.sim.world import ROOT, SimWorld
+from danaus.transports.sim.world import SimWorld
 
 
 @dataclass
@@ -71,35 +72,28 @@ def _record_unhandled(history: History) -> Callable[[MeshFailure], None]:
 
 
 def _workers(world: World) -> list[str]:
-    return [ROOT] + [p for host in world.hosts() for p in world.worker_procs(host)]
+    """The live worker procs of every host."""
+    return [p for host in world.hosts() for p in world.worker_procs(host)]
 
 
 async def _trace_events(world: World, timeout: float) -> list[dict[str, Any]]:
     """Every live proc's trace, merged in time order (on a single-process world: its own)."""
-    if isinstance(world, SimWorld):
-        return list(world.trace.events)
     events = list(world.trace.events)
-    for proc in world.worker_procs(world.hosts()[0]):
+    if isinstance(world, SimWorld):
+        return events
+    for proc in _workers(world):
         try:
-            events += await asyncio.wait_for(
-                _awaited(agent_of(proc).trace_events.call_one()), timeout
-            )
+            events += await asyncio.wait_for(agent_of(proc).trace_events.call_one(), timeout)
         except Exception:
             continue
     return sorted(events, key=lambda e: e["t"])
 
 
-async def _awaited(future: Any) -> Any:
-    return await future
-
-
 class _Run:
     """One run of a scenario against a plan, on the current world."""
 
-    def __init__(self, scenario: Scenario, seed: int, plan: Plan, world: World) -> None:
+    def __init__(self, scenario: Scenario, world: World) -> None:
         self.scenario = scenario
-        self.seed = seed
-        self.plan = plan
         self.world = world
         self.history = History(world.loop.time, world.trace)
         self.violations: list[Violation] = []
@@ -110,7 +104,7 @@ class _Run:
         try:
             result = self.scenario.run(self.history)
             if inspect.iscoroutine(result):
-                result = self._wait(result, None)
+                result = self._wait(result)
             self.value = result
         except (SimulationStalled, SimulationTimeLimit) as exc:
             self.violations.append(Violation("liveness", f"the workload never finished: {exc}"))
@@ -133,8 +127,9 @@ class _Run:
         self.violations += liveness(runtimes)
         cut = self.world.loop.time()
         try:
-            self.violations += self._wait(survivors(_workers(self.world), scenario.settle), None)
-            events = self._wait(_trace_events(self.world, scenario.settle), None)
+            procs = [self.world.root.proc_id, *_workers(self.world)]
+            self.violations += self._wait(survivors(procs, scenario.settle))
+            events = self._wait(_trace_events(self.world, scenario.settle))
         except (SimulationStalled, SimulationTimeLimit) as exc:
             self.violations.append(Violation("survivors", f"probing the actors stalled: {exc}"))
             events = list(self.world.trace.events)
@@ -151,15 +146,15 @@ class _Run:
         while liveness([root]) and time.monotonic() < deadline:
             time.sleep(0.05)
 
-    def _wait(self, coro: Coroutine[Any, Any, Any], timeout: float | None) -> Any:
-        if isinstance(self.world, SimWorld):
-            return self.world.loop.run_until_complete(coro)
-        return asyncio.run_coroutine_threadsafe(coro, self.world.loop).result(timeout)
+    def _wait(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        """Run ``coro`` on the world's loop: drive it if idle, else wait from this thread."""
+        loop = self.world.loop
+        if not loop.is_running():
+            return loop.run_until_complete(coro)
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
     def _on_loop(self, fn: Callable[[], None]) -> None:
-        if isinstance(self.world, SimWorld):
-            fn()
-            return
+        """Call ``fn`` on the loop's thread and wait (at most 10 s) until it has returned."""
         done = threading.Event()
 
         def call() -> None:
@@ -168,7 +163,7 @@ class _Run:
             finally:
                 done.set()
 
-        self.world.loop.call_soon_threadsafe(call)
+        self.world.root.on_loop(call)
         done.wait(10)
 
 
@@ -176,16 +171,25 @@ class ChaosFailure(AssertionError):
     """A seed broke a rule: the message holds its plan, violations and replay command."""
 
 
+def replay_command(target: str, seed: int, plan: Plan | None = None, transport: str = "sim") -> str:
+    """The one-line command that reruns ``seed`` (with ``plan``, if it is not the seed's own)."""
+    parts = ["danaus", "chaos", "replay", target, "--seed", str(seed)]
+    if plan is not None:
+        parts += ["--plan", plan.to_json()]
+    if transport != "sim":
+        parts += ["--transport", transport]
+    return shlex.join(parts)
+
+
 def check_seed(scenario: Scenario, seed: int, plan: Plan | None = None, **options: Any) -> None:
     """Run one seed and raise `ChaosFailure` describing it if any check failed."""
     outcome = run_scenario(scenario, seed, plan, **options)
     if outcome.failed:
         violations = "\n".join(f"  {v}" for v in outcome.violations)
+        command = replay_command(f"PATH::{scenario.name}", seed, plan, outcome.transport)
         raise ChaosFailure(
             f"{scenario.name} seed {seed} failed\nplan:\n{outcome.plan.describe()}\n"
-            f"violations:\n{violations}\n"
-            f"replay: danaus chaos replay PATH::{scenario.name} --seed {seed}"
-            + (f" --plan '{outcome.plan.to_json()}'" if plan is not None else "")
+            f"violations:\n{violations}\nreplay: {command}"
         )
 
 
@@ -210,7 +214,7 @@ def run_scenario(
     else:
         danaus.configure(transport=transport, trace=True, **options)
         world = config.current_world()
-    run = _Run(scenario, seed, plan, world)
+    run = _Run(scenario, world)
     saved_hook = danaus.unhandled_fault_hook
     danaus.unhandled_fault_hook = _record_unhandled(run.history)
     sites.active = sites.Sites.from_seed(seed, random.Random(f"site-draws-{seed}"))
@@ -289,9 +293,10 @@ def run_seeds(
     """Run every seed; a sample (``determinism_rate``) is run twice to check replayability."""
     outcomes = []
     sampler = random.Random("determinism-sample")
+    deterministic = config.transport_module(transport).World.deterministic
     for seed in seeds:
         outcome = run_scenario(scenario, seed, transport=transport)
-        if transport == "sim" and determinism_rate and sampler.random() < determinism_rate:
+        if deterministic and determinism_rate and sampler.random() < determinism_rate:
             problem = check_determinism(scenario, seed, outcome)
             if problem is not None:
                 outcome.violations.append(problem)

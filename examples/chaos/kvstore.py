@@ -93,7 +93,7 @@ class KVStore(Scenario):
                 key = f"k{i}"
                 op = history.invoke("put", key=key, value=i)
                 try:
-                    await asyncio.wait_for(_wait(primary.put.call_one(key, i)), 5)
+                    await asyncio.wait_for(primary.put.call_one(key, i), 5)
                 except FAILURES as exc:
                     history.fail(op, repr(exc))
                     if backup is None:
@@ -133,7 +133,3 @@ class BuggyKV(KVStore):
     """Acknowledges writes before they reach the backup: loses them when the primary dies."""
 
     sync_replication = False
-
-
-async def _wait(future):
-    return await future
