@@ -4,7 +4,8 @@ Monarch never shares a process or a virtualenv with Danaus: it lives in
 ``benchmarks/.monarch-venv`` (made on first use unless ``--no-install``), where
 `_monarch_peer.py` runs the same workloads and prints them as JSON. This module
 makes that virtualenv, runs the peer, and merges its figures into Danaus's
-report lines; `messaging.py` and `rdma.py` share it.
+report lines; it also runs the Danaus side (`run_danaus`). `messaging.py` and
+`rdma.py` share it.
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from _workloads import DIRECTION
+
+import danaus
 
 HERE = Path(__file__).resolve().parent
 MONARCH_VENV = HERE / ".monarch-venv"
@@ -52,6 +56,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="do not create benchmarks/.monarch-venv when it is missing; report an error instead",
     )
+
+
+def run_danaus(
+    labels: dict[str, Any],
+    names: list[str],
+    workloads: Callable[[], Iterator[dict[str, Any]]],
+    emit: Callable[[dict[str, Any]], None],
+) -> list[dict[str, Any]]:
+    """Run ``workloads()`` on Danaus configured as ``labels`` say; ``emit`` each result.
+
+    ``labels`` are the transport and its options (``encrypt``). A transport that
+    cannot be configured gives each workload of ``names`` that error.
+    """
+    transport = labels["transport"]
+    options = {key: value for key, value in labels.items() if key != "transport"}
+    results = []
+    try:
+        danaus.configure(transport=transport, **options)
+    except Exception as exc:
+        error = f"transport {transport!r} is not available: {type(exc).__name__}: {exc}"
+        results = [{"workload": name, "error": error} for name in names]
+        for result in results:
+            emit(result)
+        return results
+    try:
+        for result in workloads():
+            results.append(result)
+            emit(result)
+    finally:
+        danaus.shutdown()
+    return results
 
 
 # ---- the virtualenv ------------------------------------------------------------------

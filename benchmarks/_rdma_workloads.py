@@ -17,14 +17,13 @@ frameworks and leaves no message round trip inside the timings.
 from __future__ import annotations
 
 import statistics
-import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-from _workloads import MIB, SETUP_TIMEOUT, _describe
+from _workloads import MIB, SETUP_TIMEOUT, describe, size_name, timed
 
 OPERATIONS = ("read_into", "write_from")
 
@@ -96,26 +95,9 @@ class OwnerFramework:
         procs.stop().get()
 
 
-def _size_name(nbytes: int) -> str:
-    return f"{nbytes // MIB}MiB"
-
-
 def workload_names(plan: Plan) -> list[str]:
     """Every workload, in the order `run_all` runs them."""
-    return [f"{op}_{_size_name(n)}" for n in plan.repeats for op in OPERATIONS]
-
-
-def _timed(move: Callable[[], Any], warmup: int, repeats: int) -> list[float]:
-    """Seconds of each of ``repeats`` transfers, ``move().get()``, after ``warmup`` untimed."""
-    for _ in range(warmup):
-        move().get()
-    samples = []
-    clock = time.perf_counter
-    for _ in range(repeats):
-        start = clock()
-        move().get()
-        samples.append(clock() - start)
-    return samples
+    return [f"{op}_{size_name(n)}" for n in plan.repeats for op in OPERATIONS]
 
 
 def _verify(op: str, local: memoryview, owner: Any) -> None:
@@ -139,10 +121,10 @@ def transfer(
     """
     if op == "read_into":
         local = memoryview(np.empty(nbytes, dtype=np.uint8))
-        samples = _timed(lambda: buffer.read_into(local), warmup, repeats)
+        samples = timed(lambda _: buffer.read_into(local).get(), warmup, repeats)
     else:
         local = memoryview(np.random.default_rng(1).integers(0, 256, nbytes, dtype=np.uint8))
-        samples = _timed(lambda: buffer.write_from(local), warmup, repeats)
+        samples = timed(lambda _: buffer.write_from(local).get(), warmup, repeats)
     _verify(op, local, owner)
     median = statistics.median(samples)
     return {
@@ -153,23 +135,23 @@ def transfer(
 
 def _one_size(owner: Any, nbytes: int, plan: Plan) -> Iterator[dict[str, Any]]:
     """Register ``nbytes`` at the owner, read them, write them, release them."""
-    names = [f"{op}_{_size_name(nbytes)}" for op in OPERATIONS]
+    names = [f"{op}_{size_name(nbytes)}" for op in OPERATIONS]
     repeats = plan.repeats[nbytes]
     try:
         buffer = owner.register.call_one(nbytes).get(timeout=SETUP_TIMEOUT)
     except Exception as exc:
         for name in names:
-            yield {"workload": name, "error": f"registering the buffer failed: {_describe(exc)}"}
+            yield {"workload": name, "error": f"registering the buffer failed: {describe(exc)}"}
         return
     for op, name in zip(OPERATIONS, names):
         try:
             yield {"workload": name, **transfer(op, owner, buffer, nbytes, plan.warmup, repeats)}
         except Exception as exc:
-            yield {"workload": name, "error": _describe(exc)}
+            yield {"workload": name, "error": describe(exc)}
     try:
         owner.release.call_one().get(timeout=SETUP_TIMEOUT)
     except Exception as exc:
-        yield {"workload": f"release_{_size_name(nbytes)}", "error": _describe(exc)}
+        yield {"workload": f"release_{size_name(nbytes)}", "error": describe(exc)}
 
 
 def run_all(fw: Framework, plan: Plan) -> Iterator[dict[str, Any]]:
@@ -182,11 +164,11 @@ def run_all(fw: Framework, plan: Plan) -> Iterator[dict[str, Any]]:
         procs, owner = fw.spawn_owner()
     except Exception as exc:
         for name in workload_names(plan):
-            yield {"workload": name, "error": f"spawning the owner failed: {_describe(exc)}"}
+            yield {"workload": name, "error": f"spawning the owner failed: {describe(exc)}"}
         return
     for nbytes in plan.repeats:
         yield from _one_size(owner, nbytes, plan)
     try:
         fw.stop(procs)
     except Exception as exc:
-        yield {"workload": "stop", "error": _describe(exc)}
+        yield {"workload": "stop", "error": describe(exc)}

@@ -139,16 +139,25 @@ def _p99(samples: list[float]) -> float:
     return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
 
 
-def call_one_rtt(one: Any, counts: Counts) -> dict[str, Any]:
-    """Sequential ``call_one`` round trips of a small argument."""
-    for i in range(counts.rtt_warmup):
-        one.echo.call_one(i).get()
+def timed(call: Callable[[int], Any], warmup: int, repeats: int) -> list[float]:
+    """Seconds of each of ``repeats`` calls ``call(i)``, after ``warmup`` untimed ones.
+
+    ``call`` waits for its answer; ``i`` counts from 0 in the warm-up and again in the timed run.
+    """
+    for i in range(warmup):
+        call(i)
     samples = []
     clock = time.perf_counter
-    for i in range(counts.rtt_calls):
+    for i in range(repeats):
         start = clock()
-        one.echo.call_one(i).get()
+        call(i)
         samples.append(clock() - start)
+    return samples
+
+
+def call_one_rtt(one: Any, counts: Counts) -> dict[str, Any]:
+    """Sequential ``call_one`` round trips of a small argument."""
+    samples = timed(lambda i: one.echo.call_one(i).get(), counts.rtt_warmup, counts.rtt_calls)
     return {
         "params": {"calls": counts.rtt_calls},
         "metrics": {
@@ -185,14 +194,9 @@ def pipelined(one: Any, counts: Counts) -> dict[str, Any]:
 
 def broadcast_gather(mesh: Any, counts: Counts) -> dict[str, Any]:
     """``mesh.echo.call(x).get()`` in a loop: one message to every proc, every answer back."""
-    for i in range(counts.broadcast_warmup):
-        mesh.echo.call(i).get()
-    samples = []
-    clock = time.perf_counter
-    for i in range(counts.broadcast_calls):
-        start = clock()
-        mesh.echo.call(i).get()
-        samples.append(clock() - start)
+    samples = timed(
+        lambda i: mesh.echo.call(i).get(), counts.broadcast_warmup, counts.broadcast_calls
+    )
     return {
         "params": {"calls": counts.broadcast_calls, "procs": PROCS},
         "metrics": {
@@ -207,16 +211,13 @@ def payload(
 ) -> dict[str, Any]:
     """Round trips of ``call_one`` with a large argument; the answer is only its size."""
     value = make(nbytes)
-    for _ in range(warmup):
-        one.length.call_one(value).get()
-    samples = []
-    clock = time.perf_counter
-    for _ in range(calls):
-        start = clock()
+
+    def call(_: int) -> None:
         answer = one.length.call_one(value).get()
-        samples.append(clock() - start)
         if answer != nbytes:
             raise AssertionError(f"the actor received {answer} bytes, not {nbytes}")
+
+    samples = timed(call, warmup, calls)
     median = statistics.median(samples)
     return {
         "params": {"kind": kind, "bytes": nbytes, "calls": calls},
@@ -248,7 +249,7 @@ def mesh_up(fw: Framework, counts: Counts) -> dict[str, Any]:
     }
 
 
-def _size_name(nbytes: int) -> str:
+def size_name(nbytes: int) -> str:
     return f"{nbytes // MIB}MiB"
 
 
@@ -256,7 +257,7 @@ def workload_names(counts: Counts) -> list[str]:
     """Every workload, in the order `run_all` runs them."""
     names = ["call_one_rtt", "pipelined_call_one", "broadcast_gather_4"]
     for kind in ("bytes", "tensor"):
-        names += [f"payload_{kind}_{_size_name(n)}" for n in counts.payload_calls]
+        names += [f"payload_{kind}_{size_name(n)}" for n in counts.payload_calls]
     return [*names, "mesh_up_4"]
 
 
@@ -275,7 +276,7 @@ def run_all(fw: Framework, counts: Counts) -> Iterator[dict[str, Any]]:
         for nbytes, calls in counts.payload_calls.items():
             steps.append(
                 (
-                    f"payload_{kind}_{_size_name(nbytes)}",
+                    f"payload_{kind}_{size_name(nbytes)}",
                     lambda mesh, one, k=kind, m=maker, n=nbytes, c=calls: payload(
                         one, k, m, n, c, counts.payload_warmup
                     ),
@@ -289,24 +290,24 @@ def run_all(fw: Framework, counts: Counts) -> Iterator[dict[str, Any]]:
         one = mesh.slice(gpus=0)
     except Exception as exc:
         for name, _ in steps:
-            yield {"workload": name, "error": f"setting up the mesh failed: {_describe(exc)}"}
+            yield {"workload": name, "error": f"setting up the mesh failed: {describe(exc)}"}
         steps = []
     for name, step in steps:
         try:
             yield {"workload": name, **step(mesh, one)}
         except Exception as exc:
-            yield {"workload": name, "error": _describe(exc)}
+            yield {"workload": name, "error": describe(exc)}
     if procs is not None:
         try:
             fw.stop(procs)
         except Exception as exc:
-            yield {"workload": "stop", "error": _describe(exc)}
+            yield {"workload": "stop", "error": describe(exc)}
     try:
         yield {"workload": "mesh_up_4", **mesh_up(fw, counts)}
     except Exception as exc:
-        yield {"workload": "mesh_up_4", "error": _describe(exc)}
+        yield {"workload": "mesh_up_4", "error": describe(exc)}
 
 
-def _describe(exc: BaseException) -> str:
+def describe(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}"
     return text if len(text) <= 500 else text[:497] + "..."

@@ -17,6 +17,7 @@ import time
 
 import danaus
 from danaus import Actor, SupervisionError, endpoint, this_host
+from danaus.core.config import installed
 
 
 class Sleeper(Actor):
@@ -57,8 +58,6 @@ def main() -> None:
     danaus.configure(transport=args.transport)
     killed = detection_times(signal.SIGKILL, args.kill_samples)
     hung = detection_times(signal.SIGSTOP, args.hang_samples)
-    from danaus.core.config import installed
-
     world = installed()
     print(
         json.dumps(

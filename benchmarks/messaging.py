@@ -21,34 +21,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
 
-from _monarch import add_arguments, line, log, print_line, print_report, run_peer
-from _workloads import FULL, QUICK, Counts, MeshFramework, run_all, workload_names
+from _monarch import add_arguments, line, log, print_line, print_report, run_danaus, run_peer
+from _workloads import FULL, QUICK, MeshFramework, run_all, workload_names
 
 import danaus
-
-
-def run_danaus(
-    transport: str, options: dict[str, Any], counts: Counts, emit: Any
-) -> list[dict[str, Any]]:
-    """Run every workload on Danaus; ``emit`` each result as it comes."""
-    results = []
-    try:
-        danaus.configure(transport=transport, **options)
-    except Exception as exc:
-        error = f"transport {transport!r} is not available: {type(exc).__name__}: {exc}"
-        results = [{"workload": name, "error": error} for name in workload_names(counts)]
-        for result in results:
-            emit(result)
-        return results
-    try:
-        for result in run_all(MeshFramework(danaus), counts):
-            results.append(result)
-            emit(result)
-    finally:
-        danaus.shutdown()
-    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,16 +47,20 @@ def main(argv: list[str] | None = None) -> int:
     counts = QUICK if args.quick else FULL
     options = {"encrypt": False} if args.no_encrypt else {}
     labels = {"transport": args.transport, **options}
+    names = workload_names(counts)
+
+    def workloads():
+        return run_all(MeshFramework(danaus), counts)
 
     if args.peer is None:
-        run_danaus(args.transport, options, counts, lambda r: print_line(line(labels, r)))
+        run_danaus(labels, names, workloads, lambda r: print_line(line(labels, r)))
         return 0
 
     started = time.perf_counter()
     ours = run_danaus(
-        args.transport,
-        options,
-        counts,
+        labels,
+        names,
+        workloads,
         lambda r: log(f"danaus {r['workload']}: {r.get('metrics', r.get('error'))}"),
     )
     log(f"danaus done in {time.perf_counter() - started:.1f} s")

@@ -41,11 +41,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
-from _monarch import add_arguments, line, log, print_line, print_report, run_peer
-from _rdma_workloads import FULL, QUICK, OwnerFramework, Plan, run_all, workload_names
+from _monarch import add_arguments, line, log, print_line, print_report, run_danaus, run_peer
+from _rdma_workloads import FULL, QUICK, OwnerFramework, run_all, workload_names
 
 import danaus
 from danaus.rdma import RDMABuffer
@@ -65,29 +64,6 @@ def runs(transports: list[str], no_encrypt: bool) -> list[dict[str, Any]]:
         else:
             labels.append({"transport": transport, "encrypt": not no_encrypt})
     return labels
-
-
-def run_danaus(
-    labels: dict[str, Any], plan: Plan, emit: Callable[[dict[str, Any]], None]
-) -> list[dict[str, Any]]:
-    """Run every workload on Danaus configured as ``labels`` say; ``emit`` each result."""
-    results = []
-    options = {"encrypt": labels["encrypt"]} if "encrypt" in labels else {}
-    try:
-        danaus.configure(transport=labels["transport"], **options)
-    except Exception as exc:
-        error = f"transport {labels['transport']!r} is not available: {type(exc).__name__}: {exc}"
-        results = [{"workload": name, "error": error} for name in workload_names(plan)]
-        for result in results:
-            emit(result)
-        return results
-    try:
-        for result in run_all(OwnerFramework(danaus, RDMABuffer), plan):
-            results.append(result)
-            emit(result)
-    finally:
-        danaus.shutdown()
-    return results
 
 
 def transport_list(value: str) -> list[str]:
@@ -117,10 +93,16 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(parser)
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
+    names = workload_names(plan)
+
+    def workloads():
+        return run_all(OwnerFramework(danaus, RDMABuffer), plan)
 
     if args.peer is None:
         for labels in runs(args.transport, args.no_encrypt):
-            run_danaus(labels, plan, lambda r, labels=labels: print_line(line(labels, r)))
+            run_danaus(
+                labels, names, workloads, lambda r, labels=labels: print_line(line(labels, r))
+            )
         return 0
 
     ours = []
@@ -129,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         results = run_danaus(
             labels,
-            plan,
+            names,
+            workloads,
             lambda r, name=name: log(
                 f"danaus {name} {r['workload']}: {r.get('metrics', r.get('error'))}"
             ),
