@@ -11,8 +11,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "benchmarks" / "messaging.py"
-RDMA_SCRIPT = ROOT / "benchmarks" / "rdma.py"
 
 PAYLOAD_KEYS = {"kind", "bytes", "calls", "danaus_mb_per_s", "danaus_median_ms"}
 EXPECTED = {
@@ -27,15 +25,25 @@ EXPECTED = {
 }
 
 
+def run_benchmark(script: str, *args: str) -> list[dict]:
+    """Run ``benchmarks/<script>`` without DANAUS_TRANSPORT set; the JSON lines it printed."""
+    env = {k: v for k, v in os.environ.items() if k != "DANAUS_TRANSPORT"}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
 @pytest.mark.parametrize("transport", ["sim", "tcp"])
 def test_messaging_quick(transport: str) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "DANAUS_TRANSPORT"}
-    args = [sys.executable, str(SCRIPT), "--quick"]
-    if transport != "tcp":
-        args += ["--transport", transport]
-    done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=90)
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    args = ["--quick"] if transport == "tcp" else ["--quick", "--transport", transport]
+    rows = run_benchmark("messaging.py", *args)
     assert [row["workload"] for row in rows] == list(EXPECTED)
     for row in rows:
         assert row["transport"] == transport
@@ -49,11 +57,7 @@ def test_messaging_quick(transport: str) -> None:
 
 def test_rdma_quick() -> None:
     """sim, then tcp encrypted and in clear, each reading and writing 1 and 16 MiB."""
-    env = {k: v for k, v in os.environ.items() if k != "DANAUS_TRANSPORT"}
-    args = [sys.executable, str(RDMA_SCRIPT), "--quick", "--transport", "sim,tcp"]
-    done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=90)
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    rows = run_benchmark("rdma.py", "--quick", "--transport", "sim,tcp")
     expected = [
         (transport, encrypt, f"{op}_{mib}MiB", op, mib << 20)
         for transport, encrypt in [("sim", None), ("tcp", True), ("tcp", False)]
@@ -71,16 +75,7 @@ def test_rdma_quick() -> None:
 
 def test_sim_scale_small() -> None:
     """A small cluster and a few chaos seeds: one line each, with the figures it promises."""
-    args = [sys.executable, str(ROOT / "benchmarks" / "sim_scale.py"), "--sizes", "64"]
-    done = subprocess.run(
-        [*args, "--rounds", "2", "--seeds", "5"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    scale, chaos = (json.loads(line) for line in done.stdout.splitlines())
+    scale, chaos = run_benchmark("sim_scale.py", "--sizes", "64", "--rounds", "2", "--seeds", "5")
     assert scale["benchmark"] == "sim_broadcast_gather" and scale["procs"] == 64
     assert scale["messages_delivered"] >= 2 * 2 * 64
     assert chaos["benchmark"] == "chaos_training" and chaos["seeds"] == 5

@@ -40,7 +40,7 @@ class Calm(Scenario):
         for _ in range(20):
             op = history.invoke("ping")
             try:
-                await asyncio.wait_for(_wait(workers.ping.call()), 3)
+                await asyncio.wait_for(workers.ping.call(), 3)
             except Exception as exc:
                 history.fail(op, repr(exc))
             else:
@@ -78,7 +78,3 @@ class ReadsTheWallClock(Calm):
         sleeper = this_host().spawn_procs().spawn("s", Sleeper)
         for _ in range(1 + os.urandom(1)[0] % 5):
             await sleeper.ping.call_one()
-
-
-async def _wait(future):
-    return await future

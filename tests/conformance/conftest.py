@@ -12,8 +12,6 @@ from typing import Any
 
 import pytest
 
-import danaus
-from danaus.core.supervision import default_unhandled_fault_hook
 from tests.conformance.transports import Transport, available
 
 
@@ -26,9 +24,3 @@ def transport(request: pytest.FixtureRequest) -> Transport:
 def run(transport: Transport) -> Callable[..., Any]:
     """Run a controller ``main`` on the transport under test."""
     return transport.run
-
-
-@pytest.fixture(autouse=True)
-def _restore_fault_hook():
-    yield
-    danaus.unhandled_fault_hook = default_unhandled_fault_hook

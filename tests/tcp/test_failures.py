@@ -7,7 +7,6 @@ import signal
 
 import pytest
 
-import danaus
 from danaus import Actor, SupervisionError, endpoint, this_host
 from tests.conformance.test_supervision import record_root_failures
 
@@ -24,15 +23,12 @@ class Crasher(Actor):
 
 def test_segfault_is_a_supervised_failure(tcp):
     tcp()
-    try:
-        failures = record_root_failures()
-        crashers = this_host().spawn_procs({"w": 2}).spawn("c", Crasher)
-        with pytest.raises(SupervisionError, match="signal 11"):
-            crashers.slice(w=0).segfault.call_one().get(timeout=30)
-        failure = failures.recv().get(timeout=30)
-        assert failure.signal == signal.SIGSEGV
-        assert dict(failure.rank) == {"w": 0}
-        assert failure.pid is not None
-        assert crashers.slice(w=1).ping.call_one().get(timeout=30) == "pong"
-    finally:
-        danaus.unhandled_fault_hook = danaus.core.supervision.default_unhandled_fault_hook
+    failures = record_root_failures()
+    crashers = this_host().spawn_procs({"w": 2}).spawn("c", Crasher)
+    with pytest.raises(SupervisionError, match="signal 11"):
+        crashers.slice(w=0).segfault.call_one().get(timeout=30)
+    failure = failures.recv().get(timeout=30)
+    assert failure.signal == signal.SIGSEGV
+    assert dict(failure.rank) == {"w": 0}
+    assert failure.pid is not None
+    assert crashers.slice(w=1).ping.call_one().get(timeout=30) == "pong"
