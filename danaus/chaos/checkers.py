@@ -24,7 +24,6 @@ from danaus.core.actor import Actor, endpoints_of
 from danaus.core.endpoint import Endpoint
 from danaus.core.errors import MeshStoppedError, SupervisionError
 from danaus.core.mesh import ActorMesh, agent_of
-from danaus.core.ports import ReplyHandler
 from danaus.core.runtime import Runtime
 from danaus.core.shape import Shape
 
@@ -151,12 +150,10 @@ def liveness(runtimes: Iterable[Runtime]) -> list[Violation]:
     """Calls still waiting for answers (after faults healed and the cluster settled)."""
     found = []
     for runtime in runtimes:
-        for handler in list(runtime._ports.values()):
-            if isinstance(handler, ReplyHandler) and handler.remaining:
-                waiting = sorted({handler.procs[r] for r in handler.remaining})
-                found.append(
-                    Violation("liveness", f"a call from {runtime.proc_id} still waits on {waiting}")
-                )
+        for waiting in runtime.unanswered_calls():
+            found.append(
+                Violation("liveness", f"a call from {runtime.proc_id} still waits on {waiting}")
+            )
     return found
 
 

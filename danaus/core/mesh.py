@@ -130,7 +130,7 @@ class _Mesh(MeshTrait):
         """
         owner = _caller()
         if not self._stopping():
-            return owner._runtime.submit(_noop())
+            return owner._runtime.done()
         assert self._life is not None
         return owner._runtime.submit(self._life.mesh._stop_members(timeout))
 
@@ -465,10 +465,6 @@ class ActorMesh(_Mesh, Generic[T]):
                 self._proc_mesh,
             ),
         )
-
-
-async def _noop() -> None:
-    return None
 
 
 def _ignore(acc: None, value: Any) -> None:

@@ -189,11 +189,7 @@ class RDMABuffer:
         runtime = _runtime()
         self._dropped = True
         runtime.transport.unregister(self._handle)
-
-        async def dropped() -> None:
-            return None
-
-        return runtime.submit(dropped())
+        return runtime.done()
 
     def _transfer(
         self, start: Callable[[Transport], Coroutine[Any, Any, None]], timeout: float

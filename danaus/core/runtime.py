@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from danaus.core.errors import MeshStoppedError, SupervisionError
 from danaus.core.future import Future, transfer_outcome
 from danaus.core.instance import Instance
-from danaus.core.ports import PortHandler
+from danaus.core.ports import PortHandler, ReplyHandler
 from danaus.core.serialize import Buffer, dumps, loads, nbytes
 from danaus.core.shape import Shape
 from danaus.core.supervision import MeshFailure
@@ -95,6 +95,12 @@ class Runtime:
             task.add_done_callback(lambda t: transfer_outcome(t, afut))
 
         self.on_loop(start)
+        return Future(self.loop, afut)
+
+    def done(self) -> Future[None]:
+        """A future that is already done: for requests with nothing left to do."""
+        afut = self.loop.create_future()
+        afut.set_result(None)
         return Future(self.loop, afut)
 
     # ---- sending -------------------------------------------------------------------
@@ -195,6 +201,14 @@ class Runtime:
 
     def close_port(self, port: int) -> None:
         self._ports.pop(port, None)
+
+    def unanswered_calls(self) -> list[list[str]]:
+        """For each call still waiting for answers, the procs it waits on (read by checkers)."""
+        return [
+            sorted({handler.procs[rank] for rank in handler.remaining})
+            for handler in self._ports.values()
+            if isinstance(handler, ReplyHandler) and handler.remaining
+        ]
 
     # ---- actors --------------------------------------------------------------------
 
