@@ -12,7 +12,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from danaus.chaos.plan import Plan
-from danaus.chaos.runner import Outcome, replay_command, run_scenario, run_seeds, shrink
+from danaus.chaos.runner import (
+    Outcome,
+    replay_command,
+    run_scenario,
+    run_seeds,
+    seed_range,
+    shrink,
+)
 from danaus.chaos.scenario import Scenario
 
 
@@ -55,14 +62,6 @@ def _scenario(target: str, load: Callable[[str], Any]) -> Scenario:
     return scenario
 
 
-def _seeds(text: str) -> range:
-    start, sep, stop = text.partition(":")
-    try:
-        return range(int(start), int(stop)) if sep else range(int(start), int(start) + 1)
-    except ValueError:
-        raise SystemExit(f"--seeds takes START:STOP, got {text!r}") from None
-
-
 def _report(console: Console, target: str, outcome: Outcome, plan: Plan | None = None) -> None:
     console.print(f"[bold red]seed {outcome.seed} failed[/] ({len(outcome.violations)} violations)")
     console.print("  plan:")
@@ -83,7 +82,10 @@ def _report(console: Console, target: str, outcome: Outcome, plan: Plan | None =
 def _run(args: argparse.Namespace, load: Callable[[str], Any]) -> int:
     console = Console()
     scenario = _scenario(args.target, load)
-    seeds = _seeds(args.seeds)
+    try:
+        seeds = seed_range(args.seeds)
+    except ValueError as exc:
+        raise SystemExit(f"--seeds: {exc}") from None
     started = time.perf_counter()
     failures: list[Outcome] = []
     columns = (

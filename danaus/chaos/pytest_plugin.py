@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 
 def pytest_addoption(parser: Any) -> None:
     parser.addoption(
         "--chaos-seeds",
         default=None,
-        metavar="START:STOP",
+        metavar="START:STOP|N",
         help="run tests using chaos_seed over these seeds instead of their markers'",
     )
 
@@ -34,8 +36,12 @@ def pytest_generate_tests(metafunc: Any) -> None:
         return
     override = metafunc.config.getoption("--chaos-seeds")
     if override:
-        start, _, stop = override.partition(":")
-        seeds = range(int(start), int(stop))
+        from danaus.chaos.runner import seed_range  # only where a test uses chaos_seed
+
+        try:
+            seeds = seed_range(override)
+        except ValueError as exc:
+            raise pytest.UsageError(f"--chaos-seeds: {exc}") from None
     else:
         marker = metafunc.definition.get_closest_marker("chaos_seeds")
         seeds = range(*marker.args) if marker is not None else range(20)

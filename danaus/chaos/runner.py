@@ -282,6 +282,15 @@ def shrink(
     return plan, best
 
 
+def seed_range(text: str) -> range:
+    """``START:STOP`` (or one seed, ``N``) as a range; `ValueError` names the expected form."""
+    start, sep, stop = text.partition(":")
+    try:
+        return range(int(start), int(stop)) if sep else range(int(start), int(start) + 1)
+    except ValueError:
+        raise ValueError(f"seeds are START:STOP or N, got {text!r}") from None
+
+
 def run_seeds(
     scenario: Scenario,
     seeds: Iterable[int],
