@@ -14,13 +14,13 @@ import pytest
 import danaus.sim
 from danaus.chaos import run_scenario
 from danaus.chaos.export import (
-    FAULT_KINDS,
     procs,
     to_html,
     to_perfetto,
     write_html,
     write_perfetto,
 )
+from danaus.chaos.nemesis import FAULT_EVENTS
 from tests.programs.mixed_workload import main
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "chaos"
@@ -95,7 +95,7 @@ def test_perfetto_json(events):
         if e["ph"] in "sf":
             assert any(s["ts"] < e["ts"] < s["ts"] + s["dur"] for s in slices[e["tid"]])
 
-    faults = [e for e in events if e["kind"] in FAULT_KINDS]
+    faults = [e for e in events if e["kind"] in FAULT_EVENTS]
     instants = [e for e in out if e["ph"] == "i" and e["s"] == "g"]
     assert len(instants) == len(faults)
     for fault, instant in zip(faults, instants):
@@ -157,7 +157,7 @@ def test_html_sequence_diagram(events, cap):
     arrows = page.with_class("g", "msg")
     assert len(arrows) == min(cap, received(events))
     assert ("messages are drawn" in text) == (received(events) > cap)
-    for fault in (e for e in events if e["kind"] in FAULT_KINDS):
+    for fault in (e for e in events if e["kind"] in FAULT_EVENTS):
         assert fault["fault"] in text
 
 

@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from danaus.chaos.nemesis import FAULT_EVENTS, NEMESIS
 from danaus.transports.sim.world import ROOT
 
 Event = dict[str, Any]
 
-NEMESIS = "nemesis"
-FAULT_KINDS = ("fault", "heal", "fault-skipped")
 BASE = ("t", "kind", "proc")
 
 
@@ -128,7 +127,7 @@ def to_perfetto(events: Sequence[Event]) -> dict[str, Any]:
         place = {"ts": round(e["t"] * 1e6, 3), "pid": PID, "tid": tid[e["proc"]]}
         args = json.loads(json.dumps({k: v for k, v in e.items() if k not in BASE}, default=str))
         if e["kind"] not in ("send", "recv"):
-            scope = "g" if e["kind"] in FAULT_KINDS else "t"
+            scope = "g" if e["kind"] in FAULT_EVENTS else "t"
             out.append(
                 {"ph": "i", "s": scope, "name": _title(e), "cat": e["kind"], **place, "args": args}
             )

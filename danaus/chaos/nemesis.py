@@ -17,6 +17,12 @@ from danaus.core import sites
 from danaus.transports.base import World
 from danaus.transports.sim.world import SimWorld
 
+NEMESIS = "nemesis"
+"""The name the nemesis's events carry in a trace, in place of a proc."""
+
+FAULT_EVENTS = ("fault", "heal", "fault-skipped")
+"""The kinds of trace event the nemesis records."""
+
 
 class Nemesis:
     """Runs ``plan`` against ``world`` from the moment `start` is called."""
@@ -54,20 +60,20 @@ class Nemesis:
         except _Skip as skip:
             self._skip(fault, str(skip))
             return
-        self.world.trace.record("fault", "nemesis", fault=fault.describe())
+        self.world.trace.record("fault", NEMESIS, fault=fault.describe())
         if heal is not None:
 
             def healed() -> None:
                 if self._heals.pop(index, None) is not None:
                     heal()
-                    self.world.trace.record("heal", "nemesis", fault=fault.describe())
+                    self.world.trace.record("heal", NEMESIS, fault=fault.describe())
 
             self._heals[index] = healed
             self._timers.append(self.world.loop.call_later(fault.duration, healed))
 
     def _skip(self, fault: Fault, why: str) -> None:
         self.skipped.append((fault, why))
-        self.world.trace.record("fault-skipped", "nemesis", fault=fault.describe(), why=why)
+        self.world.trace.record("fault-skipped", NEMESIS, fault=fault.describe(), why=why)
 
     def _fault(self, fault: Fault) -> Callable[[], None] | None:
         world = self.world
