@@ -190,10 +190,10 @@ class SimWorld(World):
     def shutdown(self, close_loop: bool = True) -> None:
         if self._closed:
             return
-        self._closed = True
-        self.loop.time_limit = self.env.now + SHUTDOWN_TIME
         if self.loop.is_running():
             raise RuntimeError("shut the simulator down from outside its event loop")
+        self._closed = True
+        self.loop.time_limit = self.env.now + SHUTDOWN_TIME
         if not self._aborted:
             try:
                 self.loop.run_until_complete(self._root.client.stop_owned())
