@@ -8,15 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from kvstore import KVStore
+from pipeline import Pipeline
+from training import Training
 
 from danaus.chaos import Scenario, check_seed, run_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "examples" / "chaos"))
-
-from kvstore import KVStore  # noqa: E402
-from pipeline import Pipeline  # noqa: E402
-from training import Training  # noqa: E402
 
 SCENARIOS: dict[str, type[Scenario]] = {
     "kvstore": KVStore,

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import sys
 from collections import Counter
 from html.parser import HTMLParser
-from pathlib import Path
 
 import pytest
+from kvstore import BuggyKV
 
 import danaus.sim
 from danaus.chaos import run_scenario
@@ -23,17 +22,11 @@ from danaus.chaos.export import (
 from danaus.chaos.nemesis import FAULT_EVENTS
 from tests.programs.mixed_workload import main
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "chaos"
 VOID = {"meta", "br", "hr", "img", "input", "link"}
 
 
 def buggy_kv_seed_26() -> list[dict]:
     """A run that loses writes: faults, a skipped fault, a crash, a failover."""
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        from kvstore import BuggyKV
-    finally:
-        sys.path.remove(str(EXAMPLES))
     return run_scenario(BuggyKV(), 26).trace.events
 
 

@@ -9,14 +9,12 @@ from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, find, settings
+from kvstore import BuggyKV, KVStore
 
 from danaus.chaos import ChaosFailure, Plan, check_seed, run_scenario, run_seeds, shrink
 from danaus.chaos.strategies import plans
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "examples" / "chaos"))
-
-from kvstore import BuggyKV, KVStore  # noqa: E402
 
 SEED_BUDGET = 100
 

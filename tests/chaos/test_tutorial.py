@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
+
+from docs_hooks import PLAN, SEED, buggy_kv_page
+from kvstore import BuggyKV, KVStore
 
 from danaus.chaos import Plan, run_scenario, shrink
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "examples" / "chaos"))
-sys.path.insert(0, str(ROOT / "tools"))
-
-from docs_hooks import PLAN, SEED, buggy_kv_page  # noqa: E402
-from kvstore import BuggyKV, KVStore  # noqa: E402
 
 TUTORIAL = (ROOT / "docs" / "chaos.md").read_text()
 
