@@ -12,6 +12,7 @@ they work in worker processes that cannot import them.
 from __future__ import annotations
 
 import io
+import operator
 import pickle
 import sys
 from collections.abc import Sequence
@@ -90,24 +91,24 @@ class _OutOfBand:
         return (rebuild, (pickle.PickleBuffer(self.data),))
 
 
+LIFT_MAX_ITEMS = 64
+"""Longer containers are not looked into: a walk in Python would cost more than the copy saves."""
+
+_CONTAINERS = (tuple, list, dict)
+
+
 def _lift(obj: Any, depth: int = 3) -> Any:
-    """``obj`` with large bytes and bytearrays (in tuples, lists and dicts) wrapped out of band."""
+    """``obj`` with large bytes and bytearrays wrapped out of band, also in small containers."""
     kind = type(obj)
     if kind is bytes or kind is bytearray:
         return _OutOfBand(obj) if len(obj) >= OUT_OF_BAND_MIN else obj
-    if depth == 0:
+    if depth == 0 or kind not in _CONTAINERS or len(obj) > LIFT_MAX_ITEMS:
         return obj
-    if kind is tuple or kind is list:
-        items = [_lift(item, depth - 1) for item in obj]
-        if all(a is b for a, b in zip(items, obj)):
-            return obj
-        return kind(items)
-    if kind is dict:
-        values = {k: _lift(v, depth - 1) for k, v in obj.items()}
-        if all(values[k] is v for k, v in obj.items()):
-            return obj
-        return values
-    return obj
+    items = list(obj.values()) if kind is dict else obj
+    lifted = [_lift(item, depth - 1) for item in items]
+    if all(map(operator.is_, lifted, items)):
+        return obj
+    return dict(zip(obj, lifted)) if kind is dict else kind(lifted)
 
 
 class _Pickler(cloudpickle.Pickler):

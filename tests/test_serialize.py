@@ -1,0 +1,29 @@
+"""Which buffers travel out of band, as frames of their own, and that they come back equal."""
+
+from __future__ import annotations
+
+import pytest
+
+from danaus.core.serialize import LIFT_MAX_ITEMS, OUT_OF_BAND_MIN, dumps, loads
+
+BIG = b"x" * OUT_OF_BAND_MIN
+SMALL = b"x" * (OUT_OF_BAND_MIN - 1)
+
+
+@pytest.mark.parametrize(
+    ("value", "out_of_band"),
+    [
+        (((BIG,), {}), 1),
+        (((), {"data": bytearray(BIG)}), 1),
+        ((([BIG, BIG],), {}), 2),
+        (((SMALL,), {}), 0),
+        ((([BIG] * (LIFT_MAX_ITEMS + 1),), {}), 0),
+        ([BIG, {"nested": BIG}], 2),
+    ],
+    ids=["argument", "keyword", "in-a-list", "small", "long-list", "result"],
+)
+def test_large_bytes_go_out_of_band_unless_deep_in_a_long_container(value, out_of_band):
+    frames = dumps(value)
+    assert len(frames) - 1 == out_of_band
+    assert loads(frames) == value
+    assert type(loads(frames)) is type(value)
