@@ -41,7 +41,7 @@ class _Lifecycle:
     __slots__ = (
         "children",
         "failed",
-        "incarnation",
+        "incarnations",
         "initialized",
         "mesh",
         "name",
@@ -65,7 +65,8 @@ class _Lifecycle:
         self.spawn: SpawnOrder | None = None
         self.policy: RestartPolicy | None = None
         self.replacements: list[ProcMesh] = []
-        self.incarnation = 0
+        self.incarnations: dict[int, int] = {}
+        """How often each restarted member (by base rank) has been spawned again."""
 
     def end(self) -> bool:
         """Refuse messages from now on, unwatched and off the owner's list; False if already so."""
@@ -432,12 +433,11 @@ class ActorMesh(_Mesh, Generic[T]):
         for base, proc in moved.items():
             procs[base] = proc
         life.procs = procs
-        life.incarnation += 1
+        incarnation = max(life.incarnations.values(), default=0) + 1
         for index, base in enumerate(self._shape.ranks()):
             if base in bases:
-                order = replace(
-                    life.spawn, rank=self._shape.point(index), incarnation=life.incarnation
-                )
+                life.incarnations[base] = incarnation
+                order = replace(life.spawn, rank=self._shape.point(index), incarnation=incarnation)
                 agent_of(procs[base]).spawn.broadcast(order)
 
     async def _replacement_proc(self, base: int) -> str:

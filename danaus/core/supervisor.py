@@ -64,6 +64,8 @@ class Supervisor:
         """A proc is gone: every member of an owned mesh that lived there failed."""
         for mesh_id, owned in list(self._owned.items()):
             members = owned.mesh._members()
+            life = owned.mesh._life
+            assert life is not None
             for index, base in enumerate(owned.mesh._shape.ranks()):
                 if members[base] != loss.proc:
                     continue
@@ -72,7 +74,9 @@ class Supervisor:
                         mesh_name=owned.mesh.name,
                         mesh_id=mesh_id,
                         rank=owned.mesh._shape.point(index),
-                        actor_id=member_id(mesh_id, owned.mesh.name, index),
+                        actor_id=member_id(
+                            mesh_id, owned.mesh.name, index, life.incarnations.get(base, 0)
+                        ),
                         proc=loss.proc,
                         host=loss.host,
                         pid=loss.pid,

@@ -427,3 +427,21 @@ def test_stop_gives_up_on_actors_that_never_finish(run):
         return True
 
     assert run(main)
+
+
+def test_a_restarted_members_lost_process_is_reported_under_its_new_id(run):
+    def main():
+        failures = record_root_failures()
+        inits, started = Channel.open()
+        policy = RestartPolicy("one_for_one", max_restarts=1, window=600, backoff=0.05, jitter=0)
+        workers = this_host().spawn_procs({"w": 2}).spawn("w", Worker, False, inits, restart=policy)
+        for _ in range(2):
+            started.recv().get(timeout=30)
+        crash(workers.slice(w=1))
+        assert started.recv().get(timeout=30) == 1
+        crash(workers.slice(w=1))
+        return failures.recv().get(timeout=30)
+
+    failure = run(main)
+    assert dict(failure.rank) == {"w": 1}
+    assert failure.actor_id.endswith("/w[1]~1")
