@@ -23,8 +23,8 @@ class Bootstrap(msgspec.Struct, frozen=True):
     parent_pid: int
     sys_path: list[str]
     cwd: str
+    bind_host: str
     trace: bool = False
-    bind_host: str = "127.0.0.1"
     transport: str = "tcp"
     encrypt: bool = True
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from danaus.transports.tcp.world import HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT, TcpWorld
+from danaus.transports.tcp.world import BIND_HOST, HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT, TcpWorld
 
 __all__ = ["TcpWorld", "World", "configured", "create_world"]
 
@@ -15,7 +15,7 @@ World = TcpWorld
 def configured(
     heartbeat_interval: float = HEARTBEAT_INTERVAL,
     heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
-    bind_host: str = "127.0.0.1",
+    bind_host: str = BIND_HOST,
     trace: bool = False,
     encrypt: bool = True,
 ) -> None:

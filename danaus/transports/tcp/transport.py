@@ -63,7 +63,7 @@ class TcpTransport(Transport):
         keys: JobKeys,
         loop: asyncio.AbstractEventLoop,
         *,
-        bind_host: str = "127.0.0.1",
+        bind_host: str,
         controller_address: str | None = None,
     ) -> None:
         self.proc_id = proc_id

@@ -45,6 +45,8 @@ T = TypeVar("T")
 
 HEARTBEAT_INTERVAL = 0.5
 HEARTBEAT_TIMEOUT = 3.0
+BIND_HOST = "127.0.0.1"
+"""Jobs on one host listen on loopback only."""
 
 
 class TcpWorld(World):
@@ -62,8 +64,8 @@ class TcpWorld(World):
         keys: JobKeys,
         heartbeat_interval: float,
         heartbeat_timeout: float,
+        bind_host: str,
         controller_address: str | None = None,
-        bind_host: str = "127.0.0.1",
         trace: bool = False,
     ) -> None:
         self.proc_id = proc_id
@@ -103,7 +105,7 @@ class TcpWorld(World):
         cls,
         heartbeat_interval: float = HEARTBEAT_INTERVAL,
         heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
-        bind_host: str = "127.0.0.1",
+        bind_host: str = BIND_HOST,
         trace: bool = False,
         encrypt: bool = True,
     ) -> TcpWorld:
