@@ -77,11 +77,13 @@ def _workers(world: World) -> list[str]:
 
 
 async def _trace_events(world: World, timeout: float) -> list[dict[str, Any]]:
-    """Every live proc's trace, merged in time order (on a single-process world: its own)."""
+    """Every live proc's trace, merged in time order (procs in this OS process share its own)."""
     events = list(world.trace.events)
-    if isinstance(world, SimWorld):
+    local = {runtime.proc_id for runtime in world.local_runtimes()}
+    remote = [proc for proc in _workers(world) if proc not in local]
+    if not remote:
         return events
-    for proc in _workers(world):
+    for proc in remote:
         try:
             events += await asyncio.wait_for(agent_of(proc).trace_events.call_one(), timeout)
         except Exception:
@@ -119,12 +121,7 @@ class _Run:
             self._settle(scenario.settle)
         except (SimulationStalled, SimulationTimeLimit) as exc:
             self.violations.append(Violation("liveness", f"the cluster never settled: {exc}"))
-        runtimes = (
-            list(self.world.procs.values())
-            if isinstance(self.world, SimWorld)
-            else [self.world.root]
-        )
-        self.violations += liveness(runtimes)
+        self.violations += liveness(self.world.local_runtimes())
         cut = self.world.loop.time()
         try:
             procs = [self.world.root.proc_id, *_workers(self.world)]
@@ -138,7 +135,8 @@ class _Run:
         self.violations += [Violation("invariant", m) for m in scenario.check(self.history)]
 
     def _settle(self, seconds: float) -> None:
-        if isinstance(self.world, SimWorld):
+        """Let the cluster run ``seconds`` (a real one: only while calls are pending)."""
+        if self.world.deterministic:
             self.world.loop.run_until_complete(asyncio.sleep(seconds))
             return
         root = self.world.root

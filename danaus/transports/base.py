@@ -233,6 +233,10 @@ class World(ABC):
     def root(self) -> Runtime:
         """The runtime of the proc this OS process's main code belongs to."""
 
+    def local_runtimes(self) -> list[Runtime]:
+        """The runtimes of the procs living in this OS process (they record into `trace`)."""
+        return [self.root]
+
     @abstractmethod
     def hosts(self) -> Sequence[str]:
         """Proc ids of the host agents of every host in the world, in order."""

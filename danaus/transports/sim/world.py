@@ -98,6 +98,9 @@ class SimWorld(World):
     def root(self) -> Runtime:
         return self._root
 
+    def local_runtimes(self) -> list[Runtime]:
+        return list(self.procs.values())
+
     def hosts(self) -> Sequence[str]:
         return self._hosts
 
