@@ -48,6 +48,7 @@ class Runtime:
         host_agent: str,
         transport: Transport,
         *,
+        pid: int | None = None,
         max_payload: int | None = None,
     ) -> None:
         self.world = world
@@ -65,7 +66,8 @@ class Runtime:
         self._lost: dict[str, ProcLoss] = {}
         self._watched: set[str] = set()
         self._ids = itertools.count(1)
-        self.pid: int | None = None
+        self.pid = pid
+        """The OS process id of this proc, where it has one of its own."""
         self.client = Instance.client(self)
         self.supervisor = Supervisor(self)
 

@@ -158,8 +158,9 @@ class TcpWorld(World):
         return world
 
     def _make_runtime(self, agents: dict[str, type]) -> Runtime:
-        runtime = Runtime(self, self.proc_id, self.host, self.host_agent, self.transport)
-        runtime.pid = os.getpid()
+        runtime = Runtime(
+            self, self.proc_id, self.host, self.host_agent, self.transport, pid=os.getpid()
+        )
         runtime.start({key: cls(runtime) for key, cls in agents.items()})
         return runtime
 
