@@ -21,7 +21,7 @@ from danaus.core.context import context
 from danaus.core.errors import MeshStoppedError
 from danaus.core.future import Future
 from danaus.core.runtime import Runtime
-from danaus.transports.base import MemoryHandle, Transport
+from danaus.transports.base import DeviceMemory, Memory, MemoryHandle, Transport
 
 DEFAULT_TIMEOUT = 60.0
 
@@ -37,6 +37,8 @@ class Backend:
     name: str
     one_sided: bool
     devices: frozenset[str]
+    reason: str = ""
+    """Why a transport that can move data one-sided does not here."""
 
     @property
     def fallback(self) -> bool:
@@ -45,9 +47,10 @@ class Backend:
 
     def describe(self) -> str:
         if self.fallback:
+            because = f" ({self.reason})" if self.reason else ""
             return (
                 f"{self.name}: a fallback without one-sided RDMA; a transport thread of the "
-                "owner serves each transfer from the registered memory"
+                f"owner serves each transfer from the registered memory{because}"
             )
         return f"{self.name}: one-sided transfers; the owner takes no part"
 
@@ -59,7 +62,12 @@ def backend() -> Backend:
 
 
 def _backend_of(transport: Transport) -> Backend:
-    return Backend(transport.memory_backend, transport.memory_one_sided, transport.memory_devices)
+    return Backend(
+        transport.memory_backend,
+        transport.memory_one_sided,
+        transport.memory_devices,
+        transport.memory_fallback_reason,
+    )
 
 
 def _runtime() -> Runtime:
@@ -76,8 +84,8 @@ def _check_device(data: Any, transport: Transport) -> None:
         )
 
 
-def as_bytes(data: Any, *, writable: bool, what: str) -> memoryview:
-    """A flat byte view of ``data``'s memory, without copying it."""
+def as_bytes(data: Any, *, writable: bool, what: str) -> Memory:
+    """A flat byte view of ``data``'s memory, without copying it (`DeviceMemory` on a GPU)."""
     if isinstance(data, memoryview):
         view = data
     elif isinstance(data, (bytes, bytearray)):
@@ -85,6 +93,10 @@ def as_bytes(data: Any, *, writable: bool, what: str) -> memoryview:
     elif "torch" in sys.modules and isinstance(data, sys.modules["torch"].Tensor):
         if not data.is_contiguous():
             raise ValueError(f"{what} must be a contiguous tensor")
+        if data.device.type != "cpu":
+            return DeviceMemory(
+                data.data_ptr(), data.numel() * data.element_size(), data.device.type, data
+            )
         flat = data.detach().reshape(-1)
         view = memoryview(flat.view(sys.modules["torch"].uint8).numpy())
     elif hasattr(data, "__array_interface__"):
@@ -162,7 +174,7 @@ class RDMABuffer:
         """Copy ``src`` (at most `size` bytes) into the start of the buffer."""
         return self._write(self._source(src), timeout)
 
-    def _destination(self, dst: Any) -> memoryview:
+    def _destination(self, dst: Any) -> Memory:
         _check_device(dst, _runtime().transport)
         view = as_bytes(dst, writable=True, what="read_into's destination")
         if view.nbytes < self.size():
@@ -171,17 +183,17 @@ class RDMABuffer:
             )
         return view[: self.size()]
 
-    def _source(self, src: Any) -> memoryview:
+    def _source(self, src: Any) -> Memory:
         _check_device(src, _runtime().transport)
         view = as_bytes(src, writable=False, what="write_from's source")
         if view.nbytes > self.size():
             raise ValueError(f"write_from has {view.nbytes} bytes for a buffer of {self.size()}")
         return view
 
-    def _read(self, view: memoryview, timeout: float) -> Future[None]:
+    def _read(self, view: Memory, timeout: float) -> Future[None]:
         return self._transfer(lambda t: t.read(self._handle, 0, view), timeout)
 
-    def _write(self, view: memoryview, timeout: float) -> Future[None]:
+    def _write(self, view: Memory, timeout: float) -> Future[None]:
         return self._transfer(lambda t: t.write(self._handle, 0, view), timeout)
 
     def drop(self) -> Future[None]:

@@ -22,7 +22,7 @@ import asyncio
 import random
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, overload
 
 from danaus.core.errors import SupervisionError
@@ -133,6 +133,32 @@ class MemoryHandle:
     backend: str
 
 
+@dataclass(frozen=True)
+class DeviceMemory:
+    """Memory on an accelerator (a CUDA tensor's), which no memoryview can show: where, how long.
+
+    It stands for a memoryview in `Transport.register`, `read` and `write` when
+    ``device`` is in the transport's `Transport.memory_devices`. ``keep`` is the
+    object that owns the memory, held so that it outlives this reference.
+    """
+
+    address: int
+    nbytes: int
+    device: str
+    keep: Any = field(default=None, repr=False, compare=False)
+
+    def __getitem__(self, part: slice) -> DeviceMemory:
+        """The leading ``part`` (``memory[:n]``), as a memoryview's slice would be."""
+        start, stop, step = part.indices(self.nbytes)
+        if start != 0 or step != 1:
+            raise ValueError("only a leading part of device memory can be taken")
+        return replace(self, nbytes=stop)
+
+
+Memory = memoryview | DeviceMemory
+"""What `Transport.register`, `read` and `write` take: a memoryview, or device memory."""
+
+
 class Transport(ABC):
     """One proc's endpoint: it sends frames to other procs by proc id."""
 
@@ -143,6 +169,8 @@ class Transport(ABC):
     """True when the remote side's CPU takes no part (real RDMA, or its simulation)."""
     memory_devices: frozenset[str] = frozenset({"cpu"})
     """The kinds of memory `register` accepts (``cpu``, ``cuda``)."""
+    memory_fallback_reason: str = ""
+    """Why transfers are not one-sided on a transport that can make them so (for the warning)."""
 
     @abstractmethod
     def start(self, on_frames: FrameHandler, on_loss: LossHandler) -> None:
@@ -162,18 +190,18 @@ class Transport(ABC):
     def watch(self, proc: str) -> None:
         """Report through ``on_loss`` when ``proc`` is lost (once; idempotent)."""
 
-    def register(self, buffer: memoryview) -> MemoryHandle:
+    def register(self, buffer: Memory) -> MemoryHandle:
         """Register ``buffer`` for one-sided reads and writes by other procs."""
         raise NotImplementedError(f"{type(self).__name__} has no memory interface")
 
     def unregister(self, handle: MemoryHandle) -> None:
         raise NotImplementedError(f"{type(self).__name__} has no memory interface")
 
-    async def read(self, handle: MemoryHandle, offset: int, dst: memoryview) -> None:
+    async def read(self, handle: MemoryHandle, offset: int, dst: Memory) -> None:
         """Copy ``len(dst)`` bytes at ``offset`` of the remote memory into ``dst``."""
         raise NotImplementedError(f"{type(self).__name__} has no memory interface")
 
-    async def write(self, handle: MemoryHandle, offset: int, src: memoryview) -> None:
+    async def write(self, handle: MemoryHandle, offset: int, src: Memory) -> None:
         """Copy ``src`` into the remote memory at ``offset``."""
         raise NotImplementedError(f"{type(self).__name__} has no memory interface")
 

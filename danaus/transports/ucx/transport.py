@@ -1,34 +1,126 @@
 """A proc's endpoint on the ucx transport: control on zmq (as tcp), data over UCX.
 
 The control plane (directory, heartbeats, launcher, authentication with the
-job's CURVE key) is the tcp transport's. Core messages and RDMA transfers go
-over UCX to the address each proc publishes in the directory. The Python
-``ucxx`` API offers no one-sided memory access, so RDMA reads and writes are
-served by the owner's UCX thread, from the registered memory, never by its
-actors.
+job's CURVE key) is the tcp transport's. Core messages travel over UCX to the
+address each proc publishes in the directory. `RDMABuffer` transfers are
+one-sided (`danaus.transports.ucx.rma`): the owner registers its memory with
+UCP, and readers and writers move the bytes with UCP get and put, with no
+Python running in the owner. Where the one-sided library cannot be built or
+loaded, transfers fall back to tcp's `MemoryService`, served by the owner's
+transport thread, and the fallback warning says why.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
-from danaus.transports.tcp.memory import MEMORY
+from danaus.transports.base import Memory, MemoryHandle, ProcLoss, memory_owner_lost
+from danaus.transports.tcp.ioloop import Settle, settler
+from danaus.transports.tcp.memory import MEMORY, Drop, decode
 from danaus.transports.tcp.transport import TcpTransport
+from danaus.transports.ucx import rma
 from danaus.transports.ucx.plane import UcxPlane
+
+log = logging.getLogger("danaus.ucx")
+
+ABORT_WAIT = 5.0
+"""Seconds a transfer given up on waits for UCX to stop it, so that no byte of it lands later."""
 
 
 class UcxTransport(TcpTransport):
-    """TcpTransport whose data plane is UCX."""
+    """TcpTransport whose data plane is UCX, with one-sided RDMA where the library is at hand."""
 
     memory_backend = "ucx"
-    memory_one_sided = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.one_sided, self.memory_fallback_reason = rma.available(self.proc_id, self.io)
+        self.memory_one_sided = self.one_sided is not None
+        if self.one_sided is not None:
+            self.memory_devices = self.one_sided.devices
+        else:
+            log.warning("proc %s: %s", self.proc_id, self.memory_fallback_reason)
 
     def _data_plane(self, bind_host: str) -> UcxPlane:
         """Core messages over UCX, served on the process's UCX thread."""
         return UcxPlane(self.proc_id, self._keys.secret, bind_host, self._from_plane, self._lookup)
 
+    # ---- registered memory --------------------------------------------------------------
+
+    def register(self, buffer: Memory) -> MemoryHandle:
+        if self.one_sided is None:
+            return super().register(buffer)
+        return self.one_sided.register(buffer)
+
+    def unregister(self, handle: MemoryHandle) -> None:
+        if self.one_sided is not None and handle.owner == self.proc_id:
+            self.one_sided.unregister(handle.key)  # at once: transfers checking from now on fail
+        else:
+            super().unregister(handle)  # a served registration, or a Drop sent to the owner
+
+    async def read(self, handle: MemoryHandle, offset: int, dst: Memory) -> None:
+        if isinstance(handle, rma.UcxMemoryHandle):
+            await self._one_sided_op(handle, offset, dst, write=False)
+        else:
+            await super().read(handle, offset, dst)
+
+    async def write(self, handle: MemoryHandle, offset: int, src: Memory) -> None:
+        if isinstance(handle, rma.UcxMemoryHandle):
+            await self._one_sided_op(handle, offset, src, write=True)
+        else:
+            await super().write(handle, offset, src)
+
+    async def _one_sided_op(
+        self, handle: rma.UcxMemoryHandle, offset: int, local: Memory, write: bool
+    ) -> None:
+        if self.one_sided is None:
+            raise RuntimeError(
+                f"{rma.describe(handle)} is registered for one-sided UCX transfers, which this "
+                f"process cannot make: {self.memory_fallback_reason}"
+            )
+        token = self.one_sided.token()
+        future: asyncio.Future[None] = self.loop.create_future()
+        self.io.call_soon(
+            self._start_one_sided, token, handle, offset, local, write, settler(self.loop, future)
+        )
+        try:
+            await asyncio.shield(future)
+        except asyncio.CancelledError:
+            # Given up (a timeout): stop the transfer, and wait until UCX no longer touches
+            # `local`, so that nothing of it lands there after the caller has moved on.
+            self.io.call_soon(self.one_sided.abort, token)
+            _, late = await asyncio.wait({future}, timeout=ABORT_WAIT)
+            if late:
+                log.warning(
+                    "proc %s: a transfer of %s given up on did not stop within %.0f s",
+                    self.proc_id,
+                    rma.describe(handle),
+                    ABORT_WAIT,
+                )
+            raise
+
+    def _start_one_sided(
+        self,
+        token: int,
+        handle: rma.UcxMemoryHandle,
+        offset: int,
+        local: Memory,
+        write: bool,
+        settle: Settle,
+    ) -> None:
+        assert self.one_sided is not None
+        loss = self._lost.get(handle.owner)
+        if loss is not None:
+            settle(memory_owner_lost(loss))
+        else:
+            self.one_sided.start(token, handle, offset, local, write, settle)
+
+    # ---- I/O thread ---------------------------------------------------------------------
+
     def _send_raw(self, dest: str, message: list[Any]) -> None:
-        """RDMA transfers travel on UCX too."""
+        """RDMA control messages (served transfers, drops) travel on UCX too."""
         if dest not in self._lost:
             self.data.send(dest, message)
 
@@ -37,3 +129,27 @@ class UcxTransport(TcpTransport):
             self.io.call_soon(self._memory_message, src, frames[1:])
         else:
             super()._from_plane(src, frames)
+
+    def _memory_message(self, src: str, frames: list[Any]) -> None:
+        """A peer dropped one of this proc's one-sided buffers; the rest is served as on tcp."""
+        if self.one_sided is not None and frames:
+            try:
+                message = decode(frames[0])
+            except ValueError as exc:
+                log.error("proc %s: rejected a memory message from %s: %s", self.proc_id, src, exc)
+                return
+            if isinstance(message, Drop):
+                self.one_sided.unregister(message.key)
+                return
+        super()._memory_message(src, frames)
+
+    def _peer_lost(self, loss: ProcLoss) -> None:
+        known = loss.proc in self._lost
+        super()._peer_lost(loss)
+        if not known and self.one_sided is not None:
+            self.one_sided.lost(loss)
+
+    def close(self) -> None:
+        super().close()
+        if self.one_sided is not None:
+            self.io.call_soon(self.one_sided.close)
