@@ -14,10 +14,13 @@ install: $(STAMP)
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# torch is pinned and installed on its own, before the package and its extras.
+# torch is pinned and installed on its own, before the package and its extras. The ucx
+# transport's one-sided RDMA library is compiled into the user's cache now rather than by its
+# first user; if it cannot be, ucx falls back to served transfers and says why.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install torch==2.13.0 numpy
 	$(BIN)/pip install -e ".[test,docs,ucx]"
+	$(BIN)/python -m danaus.transports.ucx.rma_build || true
 	touch $@
 
 demo: install

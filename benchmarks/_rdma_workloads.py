@@ -6,24 +6,34 @@ module imports neither framework: the caller hands it a `Framework` that spawns
 the owner actor, and it returns plain numbers.
 
 The owner lives on a worker proc, as a trainer's weights would. Its actor has
-three endpoints: ``register(nbytes)`` fills ``nbytes`` of fresh memory with
+four endpoints: ``register(nbytes)`` fills ``nbytes`` of fresh memory with
 random bytes, registers them and returns the RDMABuffer; ``checksum()`` returns
 the CRC-32 of that memory as it is now; ``release()`` drops the buffer and
-frees the memory. The controller moves the data, with ``read_into`` and
-``write_from`` into and out of its own memory, which works the same on both
-frameworks and leaves no message round trip inside the timings.
+frees the memory; ``pid()`` returns its process id. The controller moves the
+data, with ``read_into`` and ``write_from`` into and out of its own memory,
+which works the same on both frameworks and leaves no message round trip
+inside the timings.
+
+The owner's CPU time during each timed transfer is read from outside, in
+``/proc/<pid>/task/*/schedstat`` (nanoseconds on a CPU, summed over every
+thread of the owner's process), so measuring it runs no code in the owner. It
+is reported as ``owner_cpu_ms`` (median per transfer) and ``owner_cpu_pct``
+(that, over the transfer's time): 0 when the owner takes no part, up to 100 per
+core it keeps busy. It needs Linux and an owner in another process (not on sim).
 """
 
 from __future__ import annotations
 
+import os
 import statistics
+import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-from _workloads import MIB, SETUP_TIMEOUT, describe, size_name, timed
+from _workloads import MIB, SETUP_TIMEOUT, describe, size_name
 
 OPERATIONS = ("read_into", "write_from")
 
@@ -77,6 +87,10 @@ def owner_actor(api: Any, rdma_buffer: type) -> type:
             self.buffer.drop().get()
             self.buffer = self.memory = None
 
+        @api.endpoint
+        def pid(self) -> int:
+            return os.getpid()
+
     return Owner
 
 
@@ -100,6 +114,19 @@ def workload_names(plan: Plan) -> list[str]:
     return [f"{op}_{size_name(n)}" for n in plan.repeats for op in OPERATIONS]
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time so far of every thread of process ``pid``, from ``/proc`` (Linux)."""
+    nanoseconds = 0
+    tasks = f"/proc/{pid}/task"
+    for task in os.listdir(tasks):
+        try:
+            with open(f"{tasks}/{task}/schedstat") as stat:
+                nanoseconds += int(stat.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a thread that ended meanwhile
+    return nanoseconds / 1e9
+
+
 def _verify(op: str, local: memoryview, owner: Any) -> None:
     """The owner's memory must now hold exactly the controller's bytes."""
     ours = zlib.crc32(local)
@@ -111,29 +138,48 @@ def _verify(op: str, local: memoryview, owner: Any) -> None:
 
 
 def transfer(
-    op: str, owner: Any, buffer: Any, nbytes: int, warmup: int, repeats: int
+    op: str, owner: Any, buffer: Any, nbytes: int, warmup: int, repeats: int, pid: int | None
 ) -> dict[str, Any]:
     """Time ``buffer.read_into(dst)`` or ``buffer.write_from(src)``, then check the bytes once.
 
     The local memory is one memoryview made before the warm-up, so a framework
     that registers local memory on first use (Monarch caches it) pays for that
-    outside the timings.
+    outside the timings. With the owner's ``pid``, its CPU time is read around
+    each timed transfer, outside the timing.
     """
     if op == "read_into":
         local = memoryview(np.empty(nbytes, dtype=np.uint8))
-        samples = timed(lambda _: buffer.read_into(local).get(), warmup, repeats)
     else:
         local = memoryview(np.random.default_rng(1).integers(0, 256, nbytes, dtype=np.uint8))
-        samples = timed(lambda _: buffer.write_from(local).get(), warmup, repeats)
+
+    def move() -> None:
+        if op == "read_into":
+            buffer.read_into(local).get()
+        else:
+            buffer.write_from(local).get()
+
+    for _ in range(warmup):
+        move()
+    samples, cpu = [], []
+    for _ in range(repeats):
+        before = cpu_seconds(pid) if pid is not None else 0.0
+        start = time.perf_counter()
+        move()
+        samples.append(time.perf_counter() - start)
+        if pid is not None:
+            cpu.append(cpu_seconds(pid) - before)
     _verify(op, local, owner)
     median = statistics.median(samples)
-    return {
-        "params": {"op": op, "bytes": nbytes, "repeats": len(samples)},
-        "metrics": {"mb_per_s": round(nbytes / median / 1e6, 1), "median_s": round(median, 6)},
-    }
+    metrics = {"mb_per_s": round(nbytes / median / 1e6, 1), "median_s": round(median, 6)}
+    if cpu:
+        metrics["owner_cpu_ms"] = round(statistics.median(cpu) * 1e3, 3)
+        metrics["owner_cpu_pct"] = round(
+            statistics.median(c / s for c, s in zip(cpu, samples)) * 100, 1
+        )
+    return {"params": {"op": op, "bytes": nbytes, "repeats": len(samples)}, "metrics": metrics}
 
 
-def _one_size(owner: Any, nbytes: int, plan: Plan) -> Iterator[dict[str, Any]]:
+def _one_size(owner: Any, nbytes: int, plan: Plan, pid: int | None) -> Iterator[dict[str, Any]]:
     """Register ``nbytes`` at the owner, read them, write them, release them."""
     names = [f"{op}_{size_name(nbytes)}" for op in OPERATIONS]
     repeats = plan.repeats[nbytes]
@@ -145,7 +191,10 @@ def _one_size(owner: Any, nbytes: int, plan: Plan) -> Iterator[dict[str, Any]]:
         return
     for op, name in zip(OPERATIONS, names):
         try:
-            yield {"workload": name, **transfer(op, owner, buffer, nbytes, plan.warmup, repeats)}
+            yield {
+                "workload": name,
+                **transfer(op, owner, buffer, nbytes, plan.warmup, repeats, pid),
+            }
         except Exception as exc:
             yield {"workload": name, "error": describe(exc)}
     try:
@@ -166,8 +215,15 @@ def run_all(fw: Framework, plan: Plan) -> Iterator[dict[str, Any]]:
         for name in workload_names(plan):
             yield {"workload": name, "error": f"spawning the owner failed: {describe(exc)}"}
         return
+    try:
+        pid = owner.pid.call_one().get(timeout=SETUP_TIMEOUT)
+    except Exception as exc:
+        for name in workload_names(plan):
+            yield {"workload": name, "error": f"asking the owner its pid failed: {describe(exc)}"}
+        return
+    measurable = pid != os.getpid() and os.path.isdir(f"/proc/{pid}/task")
     for nbytes in plan.repeats:
-        yield from _one_size(owner, nbytes, plan)
+        yield from _one_size(owner, nbytes, plan, pid if measurable else None)
     try:
         fw.stop(procs)
     except Exception as exc:

@@ -30,6 +30,7 @@ DIRECTION = {
     "calls_per_s": "higher",
     "mb_per_s": "higher",
     "median_s": "lower",
+    "owner_cpu_ms": "lower",
 }
 
 

@@ -15,15 +15,20 @@ controller then times ``buffer.read_into(dst).get()``, and afterwards
 ``buffer.write_from(src).get()``, into and out of its own memory: one untimed
 warm-up, then a few timed transfers (20 of 1 MiB, 5 of 64 MiB, 3 of 256 MiB).
 Each line reports the median (``median_s``) and the size over it
-(``mb_per_s``, MB = 10^6 bytes). Once per size and operation, the CRC-32 of
-the controller's memory is compared with the owner's: a transfer that moved
-the wrong bytes, or none, is reported as an error instead of a speed.
+(``mb_per_s``, MB = 10^6 bytes), and the CPU time the owner's process spent
+during each transfer (``owner_cpu_ms``, median; ``owner_cpu_pct``, that over
+the transfer's time), read from ``/proc`` outside the owner, on every transport
+but sim. Once per size and operation, the CRC-32 of the controller's memory is
+compared with the owner's: a transfer that moved the wrong bytes, or none, is
+reported as an error instead of a speed.
 
 Encryption: tcp moves RDMA data over its job sockets, which CURVE encrypts
 unless ``configure(encrypt=False)``, and encryption caps bulk throughput. So by
 default tcp runs twice, encrypted and then in clear, and each tcp or ucx line
 says which in ``encrypt``. ucx runs once: its transfers travel over UCX, which
-CURVE never touches (``encrypt`` only changes its control sockets).
+CURVE never touches (``encrypt`` only changes its control sockets); they are
+one-sided, unless ``DANAUS_UCX_RMA=off`` (set it to measure the served
+fallback the same way).
 ``--no-encrypt`` runs tcp and ucx with ``encrypt=False`` only. On sim the
 figures are wall-clock costs of the simulator copying the bytes in one OS
 process, not the speed of a network.

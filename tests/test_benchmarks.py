@@ -71,6 +71,11 @@ def test_rdma_quick() -> None:
         assert row["repeats"] == 2
         for key in ("danaus_mb_per_s", "danaus_median_s"):
             assert isinstance(row[key], (int, float)) and row[key] > 0, (key, row)
+        owner_cpu = ("danaus_owner_cpu_ms", "danaus_owner_cpu_pct")
+        if row["transport"] == "sim":  # the owner shares the controller's process
+            assert not set(owner_cpu) & row.keys(), row
+        else:
+            assert all(row[key] >= 0 for key in owner_cpu), row
 
 
 def test_sim_scale_small() -> None:

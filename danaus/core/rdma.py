@@ -2,7 +2,7 @@
 
 A proc registers memory (a tensor, a numpy array, a writable memoryview) with
 its transport, without copying it, and hands the `RDMABuffer` (it pickles to a
-handle of about two hundred bytes) to other actors. They ``read_into`` their own
+handle of a few hundred bytes) to other actors. They ``read_into`` their own
 memory or ``write_from`` it; the owner's actors take no part, so a busy
 endpoint does not slow a transfer. Control messages go one way, bulk data
 another.

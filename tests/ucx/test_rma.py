@@ -223,6 +223,16 @@ def test_the_library_builds_once_and_says_why_it_cannot(tmp_path, monkeypatch):
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
     with pytest.raises(rma_build.RmaUnavailable, match=r"no C\+\+ compiler"):
         rma_build.library()
-    one_sided, reason = rma.available("p", io=None)  # type: ignore[arg-type]
+    one_sided, reason = rma.available("p", io=None, bind_host="127.0.0.1")  # type: ignore[arg-type]
     assert one_sided is None
     assert reason.startswith("one-sided transfers are unavailable: no C++ compiler")
+
+
+def test_a_job_on_loopback_keeps_its_rma_worker_on_loopback(monkeypatch):
+    from danaus.transports.ucx.rma import network_devices
+
+    monkeypatch.delenv("UCX_NET_DEVICES", raising=False)
+    assert network_devices("127.0.0.1") == network_devices("::1") == "lo"
+    assert network_devices("0.0.0.0") == network_devices("10.0.0.5") == ""
+    monkeypatch.setenv("UCX_NET_DEVICES", "mlx5_0:1")
+    assert network_devices("127.0.0.1") == ""

@@ -123,13 +123,16 @@ struct Transfer {
 
 class Service {
  public:
-  Service() : _random(std::random_device{}())
+  // `netDevices`, unless empty, limits the network devices UCX may use (UCX_NET_DEVICES).
+  explicit Service(const std::string& netDevices) : _random(std::random_device{}())
   {
     ucp_config_t* config = nullptr;
     check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
     // No rendezvous: this context moves no messages. With rendezvous enabled, peer-failure
     // handling would demand memory domains that can invalidate, and exclude CMA.
     ucs_status_t status = ucp_config_modify(config, "RNDV_THRESH", "inf");
+    if (status == UCS_OK && !netDevices.empty())
+      status = ucp_config_modify(config, "NET_DEVICES", netDevices.c_str());
     if (status != UCS_OK) {
       ucp_config_release(config);
       check(status, "ucp_config_modify");
@@ -499,11 +502,12 @@ class Service {
 
 extern "C" {
 
-// A UCP context and worker of their own, with their thread; NULL with the reason in `error`.
-void* danaus_rma_open(char* error, size_t error_size)
+// A UCP context and worker of their own, with their thread, on the network devices named in
+// `net_devices` (all if empty); NULL with the reason in `error`.
+void* danaus_rma_open(const char* net_devices, char* error, size_t error_size)
 {
   try {
-    return new Service();
+    return new Service(net_devices);
   } catch (const std::exception& e) {
     setError(error, error_size, e.what());
     return nullptr;

@@ -43,6 +43,7 @@ on the transport's I/O thread, like tcp's `MemoryService`.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import itertools
 import logging
 import os
@@ -117,12 +118,28 @@ class _Op:
     """Decided before UCX finished: the owner is lost, or the caller gave up."""
 
 
-def available(proc: str, io: IoLoop) -> tuple[OneSidedMemory | None, str]:
+def network_devices(bind_host: str) -> str:
+    """The network devices UCX may use for one-sided transfers ("" for UCX's choice).
+
+    A job that binds to loopback (all its procs on one host) keeps its RMA
+    worker off the machine's other interfaces, as its sockets are; an explicit
+    ``UCX_NET_DEVICES`` wins.
+    """
+    if os.environ.get("UCX_NET_DEVICES"):
+        return ""
+    try:
+        loopback = ipaddress.ip_address(bind_host).is_loopback
+    except ValueError:
+        loopback = bind_host == "localhost"
+    return "lo" if loopback else ""
+
+
+def available(proc: str, io: IoLoop, bind_host: str) -> tuple[OneSidedMemory | None, str]:
     """This process's one-sided memory, or None and why there is none."""
     if os.environ.get(SWITCH, "").lower() in ("0", "off", "no", "false"):
         return None, f"one-sided transfers are turned off ({SWITCH}={os.environ[SWITCH]})"
     try:
-        native = NativeRma(load(rma_build.library()))
+        native = NativeRma(load(rma_build.library()), network_devices(bind_host))
     except (rma_build.RmaUnavailable, OSError) as exc:
         return None, f"one-sided transfers are unavailable: {exc}"
     return OneSidedMemory(proc, io, native), ""

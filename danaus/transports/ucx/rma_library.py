@@ -28,7 +28,7 @@ _size = ctypes.c_size_t
 _u64 = ctypes.c_uint64
 _char_p = ctypes.c_char_p
 _SIGNATURES: dict[str, tuple[object, list[object]]] = {
-    "danaus_rma_open": (_void, [_char_p, _size]),
+    "danaus_rma_open": (_void, [_char_p, _char_p, _size]),
     "danaus_rma_shutdown": (None, [_void]),
     "danaus_rma_eventfd": (ctypes.c_int, [_void]),
     "danaus_rma_memory_types": (_u64, [_void]),
@@ -101,10 +101,11 @@ class Region:
 class NativeRma:
     """One UCP context and worker for one-sided transfers, and the thread that drives them."""
 
-    def __init__(self, library: ctypes.CDLL) -> None:
+    def __init__(self, library: ctypes.CDLL, net_devices: str) -> None:
+        """``net_devices``, unless empty, are the only network devices UCX may use."""
         self._lib = library
         error = ctypes.create_string_buffer(ERROR_CAPACITY)
-        service = library.danaus_rma_open(error, ERROR_CAPACITY)
+        service = library.danaus_rma_open(net_devices.encode(), error, ERROR_CAPACITY)
         if not service:
             raise OSError(f"UCX refused a context for one-sided transfers: {error.value.decode()}")
         self._service = service

@@ -34,9 +34,11 @@ class UcxTransport(TcpTransport):
 
     memory_backend = "ucx"
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.one_sided, self.memory_fallback_reason = rma.available(self.proc_id, self.io)
+    def __init__(self, *args: Any, bind_host: str, **kwargs: Any) -> None:
+        super().__init__(*args, bind_host=bind_host, **kwargs)
+        self.one_sided, self.memory_fallback_reason = rma.available(
+            self.proc_id, self.io, bind_host
+        )
         self.memory_one_sided = self.one_sided is not None
         if self.one_sided is not None:
             self.memory_devices = self.one_sided.devices
