@@ -1,10 +1,10 @@
 // One-sided RDMA for Danaus's ucx transport: UCP memory registration, remote keys, get and put.
 //
 // rma.py loads this library with ctypes; rma_build.py compiles it on first use. It has a UCP
-// context and worker of its own, used by one thread of its own ("danaus-rma") and no other:
-// every UCP call is made there, so nothing here races with ucxx's progress thread or with
-// Python, and the worker needs no locks (UCS_THREAD_MODE_SINGLE). Other threads queue
-// commands and wake the thread with ucp_worker_signal. The thread sleeps in poll() on the
+// context and worker of its own, made and used by one thread of its own and no other: every
+// UCP call is made there, so nothing here races with ucxx's progress thread or with Python,
+// and the worker needs no locks (UCS_THREAD_MODE_SINGLE). Other threads queue commands and
+// wake the thread with ucp_worker_signal, which UCX allows from any thread. The thread sleeps in poll() on the
 // worker's event descriptor while there is nothing to do, so an idle process spends no CPU on
 // it, and it serves the owner's side of UCX's emulated transfers (TCP) in C, with no Python and
 // no GIL. Finished transfers are queued and announced on an eventfd that Python polls.
@@ -23,6 +23,7 @@
 // released. Cell pages are never unmapped or freed, so a late check never faults.
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -36,6 +37,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -123,52 +125,36 @@ struct Transfer {
 
 class Service {
  public:
-  // `netDevices`, unless empty, limits the network devices UCX may use (UCX_NET_DEVICES).
+  // Starts the thread, which makes the context and the worker; `netDevices`, unless empty,
+  // limits the network devices UCX may use (as UCX_NET_DEVICES would).
   explicit Service(const std::string& netDevices) : _random(std::random_device{}())
   {
-    ucp_config_t* config = nullptr;
-    check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
-    // No rendezvous: this context moves no messages. With rendezvous enabled, peer-failure
-    // handling would demand memory domains that can invalidate, and exclude CMA.
-    ucs_status_t status = ucp_config_modify(config, "RNDV_THRESH", "inf");
-    if (status == UCS_OK && !netDevices.empty())
-      status = ucp_config_modify(config, "NET_DEVICES", netDevices.c_str());
-    if (status != UCS_OK) {
-      ucp_config_release(config);
-      check(status, "ucp_config_modify");
-    }
-    ucp_params_t params = {};
-    params.field_mask   = UCP_PARAM_FIELD_FEATURES;
-    params.features     = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
-    status = ucp_init(&params, config, &_context);
-    ucp_config_release(config);
-    check(status, "ucp_init");
-    ucp_worker_params_t worker = {};
-    worker.field_mask          = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    worker.thread_mode         = UCS_THREAD_MODE_SINGLE;
-    status                     = ucp_worker_create(_context, &worker, &_worker);
-    if (status != UCS_OK) {
-      ucp_cleanup(_context);
-      check(status, "ucp_worker_create");
-    }
-    status = ucp_worker_get_efd(_worker, &_workerFd);
     _doneFd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (status != UCS_OK || _doneFd < 0) {
-      ucp_worker_destroy(_worker);
-      ucp_cleanup(_context);
-      check(status != UCS_OK ? status : UCS_ERR_IO_ERROR, "event descriptors");
+    if (_doneFd < 0) throw std::runtime_error("eventfd failed");
+    std::promise<std::string> started;
+    std::future<std::string> failure = started.get_future();
+    _thread = std::thread([this, netDevices, &started]() {
+      pthread_setname_np(pthread_self(), "danaus-rma");
+      try {
+        open(netDevices);
+      } catch (const std::exception& e) {
+        started.set_value(e.what());
+        return;
+      }
+      started.set_value("");
+      run();
+    });
+    std::string reason = failure.get();
+    if (!reason.empty()) {
+      _thread.join();
+      ::close(_doneFd);
+      throw std::runtime_error(reason);
     }
-    _thread = std::thread([this]() { run(); });
   }
 
   int eventfd() const { return _doneFd; }
 
-  uint64_t memoryTypes() const
-  {
-    ucp_context_attr_t attr{};
-    attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
-    return ucp_context_query(_context, &attr) == UCS_OK ? attr.memory_types : 0;
-  }
+  uint64_t memoryTypes() const { return _memoryTypes; }
 
   // ---- any thread ------------------------------------------------------------------------
 
@@ -323,8 +309,6 @@ class Service {
       _running = false;
     });
     _thread.join();
-    ucp_worker_destroy(_worker);
-    ucp_cleanup(_context);
     ::close(_doneFd);
   }
 
@@ -334,6 +318,44 @@ class Service {
     if (status != UCS_OK) throw std::runtime_error(std::string(what) + ": " + statusText(status));
   }
 
+  // The context and the worker, made on the service's thread, the only one that uses them.
+  void open(const std::string& netDevices)
+  {
+    ucp_config_t* config = nullptr;
+    check(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
+    // No rendezvous: this context moves no messages. With rendezvous enabled, peer-failure
+    // handling would demand memory domains that can invalidate, and exclude CMA.
+    ucs_status_t status = ucp_config_modify(config, "RNDV_THRESH", "inf");
+    if (status == UCS_OK && !netDevices.empty())
+      status = ucp_config_modify(config, "NET_DEVICES", netDevices.c_str());
+    if (status != UCS_OK) {
+      ucp_config_release(config);
+      check(status, "ucp_config_modify");
+    }
+    ucp_params_t params = {};
+    params.field_mask   = UCP_PARAM_FIELD_FEATURES;
+    params.features     = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+    status              = ucp_init(&params, config, &_context);
+    ucp_config_release(config);
+    check(status, "ucp_init");
+    ucp_worker_params_t worker = {};
+    worker.field_mask          = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    worker.thread_mode         = UCS_THREAD_MODE_SINGLE;
+    status                     = ucp_worker_create(_context, &worker, &_worker);
+    if (status == UCS_OK) {
+      status = ucp_worker_get_efd(_worker, &_workerFd);
+      if (status != UCS_OK) ucp_worker_destroy(_worker);
+    }
+    if (status != UCS_OK) {
+      ucp_cleanup(_context);
+      check(status, "ucp_worker_create");
+    }
+    ucp_context_attr_t attr{};
+    attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+    if (ucp_context_query(_context, &attr) == UCS_OK) _memoryTypes = attr.memory_types;
+  }
+
+  // Serves commands and progresses the worker until shutdown, then destroys both.
   void run()
   {
     while (_running) {
@@ -350,6 +372,8 @@ class Service {
       struct pollfd ready = {_workerFd, POLLIN, 0};
       ::poll(&ready, 1, -1);
     }
+    ucp_worker_destroy(_worker);
+    ucp_cleanup(_context);
   }
 
   ucs_status_t connect(Peer& peer)
@@ -486,6 +510,7 @@ class Service {
   ucp_worker_h _worker{nullptr};
   int _workerFd{-1};
   int _doneFd{-1};
+  uint64_t _memoryTypes{0};
   std::thread _thread;
   bool _running{true};  // the service's thread only
   std::mt19937_64 _random;

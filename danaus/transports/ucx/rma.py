@@ -142,7 +142,11 @@ def available(proc: str, io: IoLoop, bind_host: str) -> tuple[OneSidedMemory | N
         native = NativeRma(load(rma_build.library()), network_devices(bind_host))
     except (rma_build.RmaUnavailable, OSError) as exc:
         return None, f"one-sided transfers are unavailable: {exc}"
-    return OneSidedMemory(proc, io, native), ""
+    try:
+        return OneSidedMemory(proc, io, native), ""
+    except OSError as exc:
+        native.shutdown()
+        return None, f"one-sided transfers are unavailable: {exc}"
 
 
 class OneSidedMemory:
@@ -228,6 +232,9 @@ class OneSidedMemory:
         settle: Settle,
     ) -> None:
         """Begin a read into ``local`` (or a write from it) of ``handle``'s memory."""
+        if self._closed:
+            settle(RuntimeError("the transport closed"))
+            return
         end = offset + local.nbytes
         if offset < 0 or end > handle.size:
             settle(RuntimeError(f"{describe(handle)}: bytes {offset}..{end} are out of range"))
@@ -238,6 +245,8 @@ class OneSidedMemory:
 
     def abort(self, token: int) -> None:
         """The caller gave up on ``token``: stop it, so nothing of it lands later."""
+        if self._closed:
+            return
         parked = self._parked.pop(token, None)
         if parked is not None:
             parked[0].settle(TimeoutError("given up"))
@@ -251,6 +260,8 @@ class OneSidedMemory:
 
     def lost(self, loss: ProcLoss) -> None:
         """Transfers with a lost proc fail with `SupervisionError` once UCX has stopped them."""
+        if self._closed:
+            return
         self._losses[loss.proc] = loss
         error = memory_owner_lost(loss)
         for token, (op, _) in list(self._parked.items()):
@@ -264,18 +275,18 @@ class OneSidedMemory:
             self._close_peer(peer)
 
     def close(self) -> None:
-        """End every transfer, and release the worker and the context."""
+        """Release the worker and the context, then fail what was still under way."""
         with self._lock:
             self._closed = True
         self._io.remove_reader(self._native.eventfd)
         for peer in list(self._peers.values()):
             self._close_peer(peer)
+        self._native.shutdown()  # once it returns, UCX touches no transfer's memory
         closed = RuntimeError("the transport closed")
         for op in list(self._ops.values()) + [op for op, _ in self._parked.values()]:
             op.settle(closed)
         self._ops.clear()
         self._parked.clear()
-        self._native.shutdown()
 
     def _submit(self, token: int, op: _Op) -> None:
         handle = op.handle
