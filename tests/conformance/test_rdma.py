@@ -297,15 +297,18 @@ def test_a_batch_of_transfers_runs_together(run):
 
 
 def test_a_timed_out_read_leaves_its_destination_alone(run):
-    """64 MiB cannot arrive within 0.1 ms; whatever arrived by the timeout, nothing lands after."""
+    """64 MiB cannot arrive within 0.1 ms, even where a paused owner does not stop a transfer;
+    whatever arrived by the timeout, nothing lands after it."""
 
     def main():
         owner, _ = two_procs()
         buffer, expected = owner.share_bytes.call_one("b", 64 * MiB, 6).get()
         late = np.zeros(buffer.size(), dtype=np.uint8)
+        pause(owner)
         with pytest.raises(TimeoutError, match=r"within 0\.0001 s"):
             buffer.read_into(late, timeout=0.0001).get(timeout=60)
         at_timeout = checksum(late)
+        resume(owner)
         fresh = np.zeros(buffer.size(), dtype=np.uint8)
         buffer.read_into(fresh).get(timeout=60)
         return expected, checksum(fresh), at_timeout, checksum(late)
