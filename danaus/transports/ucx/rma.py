@@ -55,7 +55,6 @@ import numpy as np
 
 from danaus.transports.base import DeviceMemory, Memory, MemoryHandle, ProcLoss, memory_owner_lost
 from danaus.transports.tcp.ioloop import IoLoop, Settle
-from danaus.transports.ucx import rma_build
 from danaus.transports.ucx.rma_library import BAD_KEY, CLOSED, DROPPED, NativeRma, Region, load
 
 log = logging.getLogger("danaus.ucx")
@@ -138,6 +137,8 @@ def available(proc: str, io: IoLoop, bind_host: str) -> tuple[OneSidedMemory | N
     """This process's one-sided memory, or None and why there is none."""
     if os.environ.get(SWITCH, "").lower() in ("0", "off", "no", "false"):
         return None, f"one-sided transfers are turned off ({SWITCH}={os.environ[SWITCH]})"
+    from danaus.transports.ucx import rma_build  # not at import: it also runs as a script
+
     try:
         native = NativeRma(load(rma_build.library()), network_devices(bind_host))
     except (rma_build.RmaUnavailable, OSError) as exc:
