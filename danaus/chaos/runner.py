@@ -22,19 +22,18 @@ from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import danaus
 from danaus.chaos.checkers import Violation, delivery, liveness, reported_once, survivors
 from danaus.chaos.history import History
 from danaus.chaos.nemesis import Nemesis
 from danaus.chaos.plan import Plan
 from danaus.chaos.scenario import Scenario
-from danaus.core import config, sites
+from danaus.core import config
 from danaus.core.mesh import agent_of
+from danaus.core.sites import Sites
 from danaus.core.supervision import MeshFailure
-from danaus.core.trace import Trace
-from danaus.transports.base import World
+from danaus.core.trace import Event, Trace
+from danaus.core.transport import World
 from danaus.transports.sim.loop import SimulationStalled, SimulationTimeLimit
-from danaus.transports.sim.world import SimWorld
 
 
 @dataclass
@@ -50,7 +49,7 @@ class Outcome:
     transport: str = "sim"
     value: Any = None
     skipped: list[str] = field(default_factory=list)
-    checked: list[dict[str, Any]] = field(default_factory=list)
+    checked: list[Event] = field(default_factory=list)
     """The trace events the checkers read: those before the checks began probing the cluster."""
 
     @property
@@ -73,10 +72,10 @@ def _record_unhandled(history: History) -> Callable[[MeshFailure], None]:
 
 def _workers(world: World) -> list[str]:
     """The live worker procs of every host."""
-    return [p for host in world.hosts() for p in world.worker_procs(host)]
+    return [p for host in world.hosts() for p in world.faults.workers(host)]
 
 
-async def _trace_events(world: World, timeout: float) -> list[dict[str, Any]]:
+async def _trace_events(world: World, timeout: float) -> list[Event]:
     """Every live proc's trace, merged in time order (procs in this OS process share its own)."""
     events = list(world.trace.events)
     local = {runtime.proc_id for runtime in world.local_runtimes()}
@@ -88,7 +87,7 @@ async def _trace_events(world: World, timeout: float) -> list[dict[str, Any]]:
             events += await asyncio.wait_for(agent_of(proc).trace_events.call_one(), timeout)
         except Exception:
             continue
-    return sorted(events, key=lambda e: e["t"])
+    return sorted(events, key=lambda e: e.t)
 
 
 class _Run:
@@ -100,7 +99,7 @@ class _Run:
         self.history = History(world.loop.time, world.trace)
         self.violations: list[Violation] = []
         self.value: Any = None
-        self.events: list[dict[str, Any]] = []
+        self.events: list[Event] = []
 
     def workload(self) -> None:
         try:
@@ -130,7 +129,7 @@ class _Run:
         except (SimulationStalled, SimulationTimeLimit) as exc:
             self.violations.append(Violation("survivors", f"probing the actors stalled: {exc}"))
             events = list(self.world.trace.events)
-        self.events = [e for e in events if e["t"] < cut]
+        self.events = [e for e in events if e.t < cut]
         self.violations += delivery(self.events) + reported_once(self.events)
         self.violations += [Violation("invariant", m) for m in scenario.check(self.history)]
 
@@ -206,24 +205,26 @@ def run_scenario(
     if config.installed() is not None:
         raise RuntimeError("a chaos run needs its own world: call danaus.shutdown() first")
     if transport == "sim":
-        world: World = SimWorld(hosts=scenario.hosts, seed=seed, network=scenario.network)
-        world.loop.time_limit = scenario.max_time
-        config.install(world)
+        options = {
+            "hosts": scenario.hosts,
+            "seed": seed,
+            "network": scenario.network,
+            "time_limit": scenario.max_time,
+        }
     else:
-        danaus.configure(transport=transport, trace=True, **options)
-        world = config.current_world()
+        options = {"trace": True, **options}
+    world = config.create_world(transport, **options)
+    config.install(world)
     run = _Run(scenario, world)
-    saved_hook = danaus.unhandled_fault_hook
-    danaus.unhandled_fault_hook = _record_unhandled(run.history)
-    sites.active = sites.Sites.from_seed(seed, random.Random(f"site-draws-{seed}"))
+    world.fault_hook = _record_unhandled(run.history)
+    if world.deterministic:
+        world.sites = Sites.from_seed(seed, random.Random(f"site-draws-{seed}"))
     nemesis = Nemesis(world, plan)
     try:
         nemesis.start()
         run.workload()
         run.check(nemesis)
     finally:
-        sites.active = None
-        danaus.unhandled_fault_hook = saved_hook
         config.shutdown()
     return Outcome(
         scenario=scenario.name,

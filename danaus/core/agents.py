@@ -15,7 +15,8 @@ from danaus.core.actor import Actor, endpoint
 from danaus.core.context import current_rank
 from danaus.core.instance import Instance, SpawnOrder
 from danaus.core.ports import Port
-from danaus.transports.base import ProcSpec
+from danaus.core.trace import Event
+from danaus.core.transport import ProcSpec
 
 if TYPE_CHECKING:
     from danaus.core.runtime import Runtime
@@ -67,12 +68,10 @@ class ProcAgent(Actor):
     @endpoint
     async def actors(self) -> list[tuple[str, str, int]]:
         """The running user actors here: (mesh id, mesh name, rank)."""
-        return [
-            (a.key, a.name, a.rank.rank) for a in self._runtime.actors() if a.state == "running"
-        ]
+        return [(a.key, a.name, a.rank.rank) for a in self._runtime.actors() if a.is_running]
 
     @endpoint
-    async def trace_events(self) -> list[dict[str, Any]]:
+    async def trace_events(self) -> list[Event]:
         """This proc's trace so far (empty where tracing is off)."""
         return list(self._runtime.trace.events)
 

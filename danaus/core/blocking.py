@@ -24,7 +24,7 @@ from typing import Any
 
 import greenlet
 
-from danaus.transports.base import SyncRunner
+from danaus.core.transport import SyncRunner
 
 
 class _EndpointGreenlet(greenlet.greenlet):
@@ -55,6 +55,11 @@ def _wait_from_thread(
     return afut.result()
 
 
+def _discard(afut: asyncio.Future[Any]) -> None:
+    if not afut.cancelled():
+        afut.exception()
+
+
 def block_on(
     loop: asyncio.AbstractEventLoop, afut: asyncio.Future[Any], timeout: float | None
 ) -> Any:
@@ -72,7 +77,15 @@ def block_on(
         )
     if loop.is_running():
         return _wait_from_thread(loop, afut, timeout)
-    return loop.run_until_complete(_wait(afut, timeout))
+    waiting = loop.create_task(_wait(afut, timeout))
+    try:
+        return loop.run_until_complete(waiting)
+    except BaseException:
+        # The loop gave up (a stall): the caller has its error; the answer, if it
+        # ever comes, is not wanted, and an error in it is not worth a warning.
+        waiting.cancel()
+        afut.add_done_callback(_discard)
+        raise
 
 
 class GreenletRunner(SyncRunner):

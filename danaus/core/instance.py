@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import enum
 import itertools
 import logging
 import os
@@ -19,20 +20,22 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from danaus.core import sites
+from danaus.core import trace as ev
 from danaus.core.actor import Actor, EndpointSpec, endpoints_of
 from danaus.core.context import NO_MESSAGE, Context, reset_context, set_context
 from danaus.core.errors import ActorError, MeshStoppedError, RemoteException, SupervisionError
 from danaus.core.ports import Port
 from danaus.core.serialize import Buffer, dumps, loads
 from danaus.core.shape import Extent, Point
+from danaus.core.sites import InjectedFault
 from danaus.core.supervision import MeshFailure
 from danaus.core.wire import Call
 
 if TYPE_CHECKING:
     from danaus.core.mesh import HostMesh, ProcMesh
+    from danaus.core.owned import OwnedMesh
     from danaus.core.runtime import Runtime
-    from danaus.transports.base import SyncRunner
+    from danaus.core.transport import SyncRunner
 
 log = logging.getLogger("danaus.actor")
 
@@ -43,6 +46,32 @@ _DISPATCH_DIRS = (
     os.path.dirname(concurrent.futures.__file__),
 )
 """Where the frames that dispatch a call to user code live (Danaus, asyncio, thread pools)."""
+
+
+class ActorState(enum.Enum):
+    """Where an actor is in its life."""
+
+    STARTING = "starting"
+    """Spawned; ``__init__`` has not finished."""
+    RUNNING = "running"
+    STOPPING = "stopping"
+    """Finishing its queued messages before it stops."""
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+_TAKES_MESSAGES = (ActorState.STARTING, ActorState.RUNNING)
+
+
+class InstanceKind(enum.Enum):
+    """What an instance stands for."""
+
+    USER = "user"
+    """A member of an actor mesh a program spawned."""
+    SYSTEM = "system"
+    """A proc's or host's agent."""
+    CLIENT = "client"
+    """Code outside any actor on a proc (the controller's main code)."""
 
 
 def remote_traceback(exc: BaseException) -> str:
@@ -147,7 +176,7 @@ class Instance:
         creator: str | None = None,
         owner: tuple[str, str] | None = None,
         proc_mesh: ProcMesh | None = None,
-        is_system: bool = False,
+        kind: InstanceKind = InstanceKind.USER,
     ) -> None:
         self._runtime = runtime
         self.owner = owner
@@ -157,7 +186,7 @@ class Instance:
         self.rank = rank
         self.creator = creator
         self._proc_mesh = proc_mesh
-        self.is_system = is_system
+        self.kind = kind
         self.class_name = "Client"
         self.context = Context(self, rank)
         self._seq = itertools.count()
@@ -167,20 +196,35 @@ class Instance:
         self._task: asyncio.Task[None] | None = None
         self._runner: SyncRunner | None = None
         self._stopped: asyncio.Future[None] | None = None
-        self.state = "running"
-        self.owned: list[Any] = []
+        self.state = ActorState.RUNNING
+        self.owned: list[OwnedMesh] = []
+        """The meshes this actor spawned and has not stopped, oldest first."""
         self._choices: dict[str, int] = {}
         self._failure: MeshFailure | None = None
         self._running: Call | None = None
+        """The call being handled, if any."""
+        self._in_async_call = False
+        """The call being handled is an async endpoint (suspended whenever the loop runs)."""
+        self._supervisions: deque[MeshFailure] = deque()
+        self._supervising: asyncio.Task[None] | None = None
 
     @classmethod
     def client(cls, runtime: Runtime) -> Instance:
         """The instance standing for non-actor code (the controller's main code) on a proc."""
-        return cls(runtime, "client", f"{runtime.proc_id}/client", "client", NO_MESSAGE)
+        return cls(
+            runtime,
+            "client",
+            f"{runtime.proc_id}/client",
+            "client",
+            NO_MESSAGE,
+            kind=InstanceKind.CLIENT,
+        )
 
     @classmethod
     def system(cls, runtime: Runtime, key: str, actor: Actor) -> Instance:
-        instance = cls(runtime, key, f"{runtime.proc_id}/{key}", key, NO_MESSAGE, is_system=True)
+        instance = cls(
+            runtime, key, f"{runtime.proc_id}/{key}", key, NO_MESSAGE, kind=InstanceKind.SYSTEM
+        )
         instance._adopt_object(actor)
         instance._start(None)
         return instance
@@ -198,17 +242,18 @@ class Instance:
             owner=order.owner,
             proc_mesh=order.proc_mesh,
         )
-        instance.state = "starting"
+        instance.state = ActorState.STARTING
         instance._start(order.blob)
         runtime.add_actor(instance)
         runtime.trace.record(
-            "spawn",
-            runtime.proc_id,
-            actor=instance.actor_id,
-            mesh=order.mesh_id,
-            rank=rank.rank,
-            owner=order.owner[0],
-            creator=order.creator,
+            ev.Spawn(
+                proc=runtime.proc_id,
+                actor=instance.actor_id,
+                mesh=order.mesh_id,
+                rank=rank.rank,
+                owner=order.owner[0],
+                creator=order.creator,
+            )
         )
         return instance
 
@@ -236,6 +281,20 @@ class Instance:
         """The proc mesh this actor was spawned on."""
         return self._proc_mesh if self._proc_mesh is not None else self.proc
 
+    @property
+    def is_running(self) -> bool:
+        """Constructed, and neither stopping, stopped nor failed."""
+        return self.state is ActorState.RUNNING
+
+    @property
+    def running_call(self) -> Call | None:
+        """The message being handled now, if any."""
+        return self._running
+
+    def enter(self) -> None:
+        """Make this actor the context of the running task (for work done on its behalf)."""
+        set_context(self.context)
+
     def next_seq(self) -> int:
         return next(self._seq)
 
@@ -246,7 +305,7 @@ class Instance:
         return index % count
 
     def __repr__(self) -> str:
-        return f"<Instance {self.actor_id} {self.state}>"
+        return f"<Instance {self.actor_id} {self.state.value}>"
 
     # ---- running --------------------------------------------------------------------
 
@@ -262,27 +321,44 @@ class Instance:
 
     def post(self, call: Call, payload: list[Buffer]) -> None:
         """Queue a message (on the loop thread)."""
-        if self.state in ("starting", "running"):
+        if self.state in _TAKES_MESSAGES:
             assert self._mailbox is not None
             self._mailbox.put((call, payload))
-        elif self.state == "failed":
+        elif self.state is ActorState.FAILED:
             self._runtime.reply_error(call, self._failure_error(), self)
         else:
             self._runtime.reply_error(call, self._stopped_error(), self)
 
     def supervise(self, failure: MeshFailure) -> None:
-        """A mesh this actor owns has a failed member: handle it at the next safe point."""
-        if self.key == "client":
+        """A mesh this actor owns has a failed member: handle it at the next safe point.
+
+        A safe point is the next await of an async endpoint being handled now, or
+        else the moment between two messages. Failures are handled one at a time.
+        """
+        if self.kind is InstanceKind.CLIENT:
             self._runtime.unhandled(failure)
-        elif self.state in ("starting", "running"):
-            assert self._mailbox is not None
-            self._mailbox.put_first(_Supervise(failure))
+        elif self.state in _TAKES_MESSAGES:
+            if self._in_async_call or self._supervising is not None:
+                self._supervisions.append(failure)
+                if self._supervising is None:
+                    self._supervising = self._runtime.loop.create_task(self._supervise_all())
+            else:
+                assert self._mailbox is not None
+                self._mailbox.put_first(_Supervise(failure))
+
+    async def _supervise_all(self) -> None:
+        """Handle the failures that arrived while an async endpoint was suspended."""
+        try:
+            while self._supervisions and self.state in _TAKES_MESSAGES:
+                await self._supervise(self._supervisions.popleft())
+        finally:
+            self._supervising = None
 
     async def _serve(self, blob: list[Buffer] | None) -> None:
         assert self._mailbox is not None
         if blob is not None and not await self._construct(blob):
             return
-        while self.state == "running" or self.state == "stopping":
+        while self.state is ActorState.RUNNING or self.state is ActorState.STOPPING:
             item = await self._mailbox.get()
             if item is None:
                 await self._finish()
@@ -310,8 +386,9 @@ class Instance:
 
     async def _construct(self, blob: list[Buffer]) -> bool:
         token = set_context(self.context)
+        sites = self._runtime.world.sites
         try:
-            if sites.active is not None and (delay := sites.active.delay("spawn")):
+            if sites is not None and (delay := sites.delay("spawn")):
                 await asyncio.sleep(delay)
             cls, args, kwargs = loads(blob)
             obj = cls.__new__(cls)
@@ -322,8 +399,8 @@ class Instance:
             return False
         finally:
             reset_context(token)
-        if self.state == "starting":
-            self.state = "running"
+        if self.state is ActorState.STARTING:
+            self.state = ActorState.RUNNING
         return True
 
     async def _handle(self, call: Call, payload: list[Buffer]) -> None:
@@ -331,14 +408,16 @@ class Instance:
         token = set_context(Context(self, Point(call.point, Extent.of(call.labels, call.sizes))))
         spec = self._endpoints.get(call.method)
         explicit = spec is not None and spec.explicit_response_port
+        sites = self._runtime.world.sites
         try:
             if spec is None:
                 raise AttributeError(f"{self.class_name} has no endpoint {call.method!r}")
-            if sites.active is not None and sites.active.should_raise(self.name, call.method):
-                raise sites.InjectedFault(f"fault injected at {self.name}.{call.method}")
+            if sites is not None and sites.should_raise(self.name, call.method):
+                raise InjectedFault(f"fault injected at {self.name}.{call.method}")
             args, kwargs = loads(payload)
             if explicit:
                 args = (Port(call.reply, call.point), *args)
+            self._in_async_call = spec.is_async
             result = await self._invoke(
                 partial(getattr(self._obj, call.method), *args, **kwargs), spec.is_async
             )
@@ -353,7 +432,7 @@ class Instance:
                 self._runtime.reply_error(call, self._failure_error(), self)
         else:
             if call.reply is not None and not explicit:
-                if sites.active is not None and (delay := sites.active.delay("reply")):
+                if sites is not None and (delay := sites.delay("reply")):
                     await asyncio.sleep(delay)
                 try:
                     frames = dumps(result, f"result of {self.class_name}.{call.method}")
@@ -364,6 +443,7 @@ class Instance:
                 self._runtime.send_reply(self, call.reply, call.point, frames, error)
         finally:
             self._running = None
+            self._in_async_call = False
             reset_context(token)
 
     async def _supervise(self, failure: MeshFailure) -> None:
@@ -395,11 +475,15 @@ class Instance:
     def _fail(
         self, cause: str, exc: BaseException | None = None, chained: MeshFailure | None = None
     ) -> None:
-        """The actor dies: queued messages get `SupervisionError`, its owner is told."""
-        if self.state in ("failed", "stopped"):
+        """The actor dies: queued messages get `SupervisionError`, its owner is told.
+
+        If it dies while an async endpoint is suspended (its ``__supervise__`` gave
+        up meanwhile), that call ends now with the same error.
+        """
+        if self.state in (ActorState.FAILED, ActorState.STOPPED):
             return
-        constructed = self.state != "starting"
-        self.state = "failed"
+        constructed = self.state is not ActorState.STARTING
+        self.state = ActorState.FAILED
         tb = remote_traceback(exc) if exc is not None else None
         self._failure = MeshFailure(
             mesh_name=self.name,
@@ -414,12 +498,24 @@ class Instance:
             chained=chained,
         )
         log.warning("actor %s failed: %s%s", self.actor_id, cause, f"\n{tb.rstrip()}" if tb else "")
-        self._runtime.trace.record("fail", self._runtime.proc_id, actor=self.actor_id, cause=cause)
+        self._runtime.trace.record(
+            ev.Fail(proc=self._runtime.proc_id, actor=self.actor_id, cause=cause)
+        )
+        if self._in_async_call and asyncio.current_task() is not self._task:
+            self._end_running_call(self._failure_error())
         self._drain(self._failure_error())
         self._runtime.retire(self, self._failure_error())
         if self.owner is not None:
             self._runtime.send_failure(self, self.owner, self._failure)
         self._runtime.loop.create_task(self._end_failed(exc, constructed))
+
+    def _end_running_call(self, reason: BaseException) -> None:
+        """Cancel the message loop and answer the call it was handling with ``reason``."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        if self._running is not None:
+            self._runtime.reply_error(self._running, reason, self)
+            self._running = None
 
     async def _end_failed(self, exc: BaseException | None, constructed: bool) -> None:
         """After a failure: the meshes it owns stop, then ``__cleanup__(exc)`` if it was built."""
@@ -447,8 +543,8 @@ class Instance:
 
         After ``timeout`` seconds the actor is abandoned without cleanup.
         """
-        if self.state in ("starting", "running"):
-            self.state = "stopping"
+        if self.state in _TAKES_MESSAGES:
+            self.state = ActorState.STOPPING
             assert self._mailbox is not None
             self._mailbox.put(None)
         if self._stopped is None:
@@ -461,9 +557,9 @@ class Instance:
 
     async def stop_owned(self) -> None:
         """Stop the meshes this actor spawned, newest first."""
-        set_context(self.context)
+        self.enter()
         while self.owned:
-            await self.owned.pop()._stop_as_owner()
+            await self.owned.pop().stop()
 
     async def _cleanup(self, exc: BaseException | None) -> None:
         cleanup = getattr(self._obj, "__cleanup__", None)
@@ -480,22 +576,18 @@ class Instance:
     async def _finish(self) -> None:
         await self.stop_owned()
         await self._cleanup(None)
-        self.state = "stopped"
-        self._runtime.trace.record("stop", self._runtime.proc_id, actor=self.actor_id)
+        self.state = ActorState.STOPPED
+        self._runtime.trace.record(ev.Stop(proc=self._runtime.proc_id, actor=self.actor_id))
         self._runtime.retire(self, self._stopped_error())
         self._release()
 
     def abandon(self, reason: BaseException) -> None:
         """End at once, without cleanup; the call it was running is answered with ``reason``."""
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-        if self._running is not None:
-            self._runtime.reply_error(self._running, reason, self)
-            self._running = None
+        self._end_running_call(reason)
         if self._mailbox is not None:
             self._drain(reason)
-        if self.state != "failed":
-            self.state = "stopped"
+        if self.state is not ActorState.FAILED:
+            self.state = ActorState.STOPPED
         self._runtime.retire(self, reason)
         self._release()
 

@@ -22,6 +22,7 @@ from danaus.core.value_mesh import ValueMesh
 from danaus.core.wire import PortRef
 
 if TYPE_CHECKING:
+    from danaus.core.instance import Instance
     from danaus.core.runtime import Runtime
 
 R = TypeVar("R")
@@ -68,6 +69,12 @@ def decode(payload: list[Buffer], error: bool) -> tuple[Any, BaseException | Non
 
 class ReplyHandler(PortHandler):
     """Waits for one reply from each of a known list of procs (one per messaged rank)."""
+
+    caller: Instance | None = None
+    """The actor that made the call (it waits for these replies)."""
+    actor = ""
+    """The key of the called actors on their procs."""
+    method = ""
 
     def __init__(self, procs: Sequence[str]) -> None:
         self.procs = procs

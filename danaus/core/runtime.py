@@ -12,24 +12,26 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
+from danaus.core import trace as ev
+from danaus.core.config import fault_hook
 from danaus.core.errors import MeshStoppedError, SupervisionError
 from danaus.core.future import Future, transfer_outcome
-from danaus.core.instance import Instance
+from danaus.core.instance import Instance, InstanceKind
 from danaus.core.ports import PortHandler, ReplyHandler
 from danaus.core.serialize import Buffer, dumps, loads, nbytes
 from danaus.core.shape import Shape
 from danaus.core.supervision import MeshFailure
 from danaus.core.supervisor import Supervisor
+from danaus.core.transport import ProcLoss, Transport
+from danaus.core.waits import Wait
 from danaus.core.wire import Call, Fail, FrameError, PortRef, Reply, decode, encode
-from danaus.transports.base import ProcLoss, Transport
 
 if TYPE_CHECKING:
     from danaus.core.actor import Actor
-    from danaus.transports.base import World
+    from danaus.core.transport import World
 
 log = logging.getLogger("danaus.runtime")
 
@@ -121,18 +123,21 @@ class Runtime:
         seq = sender.next_seq()
         labels, sizes = shape.labels, shape.ndslice.sizes
         size = nbytes(payload)
+        tracing = self.trace.enabled
         for proc, point in targets:
             envelope = Call(actor, method, reply, point, labels, sizes, sender.actor_id, seq)
-            self.trace.record(
-                "send",
-                self.proc_id,
-                src=sender.actor_id,
-                seq=seq,
-                dst=proc,
-                actor=actor,
-                method=method,
-                bytes=size,
-            )
+            if tracing:
+                self.trace.record(
+                    ev.CallSent(
+                        proc=self.proc_id,
+                        src=sender.actor_id,
+                        seq=seq,
+                        dst=proc,
+                        actor=actor,
+                        method=method,
+                        bytes=size,
+                    )
+                )
             if reply is not None:
                 self.watch(proc)
             self.transport.send(proc, encode(envelope, payload))
@@ -141,16 +146,18 @@ class Runtime:
         self, sender: Instance, port: PortRef, rank: int, payload: list[Buffer], error: bool
     ) -> None:
         seq = sender.next_seq()
-        self.trace.record(
-            "send",
-            self.proc_id,
-            src=sender.actor_id,
-            seq=seq,
-            dst=port.proc,
-            port=port.port,
-            error=error,
-            bytes=nbytes(payload),
-        )
+        if self.trace.enabled:
+            self.trace.record(
+                ev.ReplySent(
+                    proc=self.proc_id,
+                    src=sender.actor_id,
+                    seq=seq,
+                    dst=port.proc,
+                    port=port.port,
+                    error=error,
+                    bytes=nbytes(payload),
+                )
+            )
         self.transport.send(
             port.proc, encode(Reply(port.port, rank, error, sender.actor_id, seq), payload)
         )
@@ -159,7 +166,9 @@ class Runtime:
         """Tell the owner of ``sender``'s mesh that ``sender`` failed."""
         proc, key = owner
         seq = sender.next_seq()
-        self.trace.record("send", self.proc_id, src=sender.actor_id, seq=seq, dst=proc, failure=key)
+        self.trace.record(
+            ev.FailureSent(proc=self.proc_id, src=sender.actor_id, seq=seq, dst=proc, failure=key)
+        )
         self.transport.send(proc, encode(Fail(key, sender.actor_id, seq), dumps(failure)))
 
     def watch(self, proc: str) -> None:
@@ -177,9 +186,11 @@ class Runtime:
         return proc in self._lost
 
     def unhandled(self, failure: MeshFailure) -> None:
-        """A failure reached the root: ``danaus.unhandled_fault_hook`` decides (exactly once)."""
-        hook = sys.modules["danaus"].unhandled_fault_hook
-        self.trace.record("unhandled", self.proc_id, mesh=failure.mesh_id, cause=failure.cause)
+        """A failure reached the root: the world's unhandled-fault hook decides (exactly once)."""
+        hook = fault_hook(self.world)
+        self.trace.record(
+            ev.Unhandled(proc=self.proc_id, mesh=failure.mesh_id, cause=failure.cause)
+        )
         try:
             hook(failure)
         except SystemExit as exit_:
@@ -203,6 +214,18 @@ class Runtime:
 
     def close_port(self, port: int) -> None:
         self._ports.pop(port, None)
+
+    def waits(self) -> list[Wait]:
+        """The calls that actors of this proc wait on (to name a deadlock)."""
+        found = []
+        for handler in self._ports.values():
+            if not isinstance(handler, ReplyHandler) or handler.caller is None:
+                continue
+            ranks = sorted(handler.remaining)
+            targets = dict.fromkeys((handler.procs[r], handler.actor) for r in ranks)
+            if targets:
+                found.append(Wait(handler.caller, handler.method, tuple(targets)))
+        return found
 
     def unanswered_calls(self) -> list[list[str]]:
         """For each call still waiting for answers, the procs it waits on (read by checkers)."""
@@ -228,7 +251,12 @@ class Runtime:
         self._gone[instance.key] = reason
 
     def actors(self) -> list[Instance]:
-        return [a for a in self._actors.values() if not a.is_system]
+        """The user actors hosted here."""
+        return [a for a in self._actors.values() if a.kind is InstanceKind.USER]
+
+    def instances(self) -> list[Instance]:
+        """Every instance here: the client, the agents and the user actors."""
+        return [self.client, *self._actors.values()]
 
     # ---- receiving -----------------------------------------------------------------
 
@@ -238,19 +266,31 @@ class Runtime:
         except FrameError as exc:
             log.error("proc %s rejected a message from %s: %s", self.proc_id, src, exc)
             return
+        tracing = self.trace.enabled
         if isinstance(envelope, Call):
-            self.trace.record(
-                "recv", self.proc_id, src=envelope.sender, seq=envelope.seq, actor=envelope.actor
-            )
+            if tracing:
+                self.trace.record(
+                    ev.CallReceived(
+                        proc=self.proc_id,
+                        src=envelope.sender,
+                        seq=envelope.seq,
+                        actor=envelope.actor,
+                    )
+                )
             self._route_call(envelope, payload)
         elif isinstance(envelope, Reply):
-            self.trace.record(
-                "recv", self.proc_id, src=envelope.sender, seq=envelope.seq, port=envelope.port
-            )
+            if tracing:
+                self.trace.record(
+                    ev.ReplyReceived(
+                        proc=self.proc_id, src=envelope.sender, seq=envelope.seq, port=envelope.port
+                    )
+                )
             self._route_reply(envelope, payload)
         else:
             self.trace.record(
-                "recv", self.proc_id, src=envelope.sender, seq=envelope.seq, failure=envelope.owner
+                ev.FailureReceived(
+                    proc=self.proc_id, src=envelope.sender, seq=envelope.seq, failure=envelope.owner
+                )
             )
             self._route_failure(payload)
 
@@ -281,7 +321,7 @@ class Runtime:
         if loss.proc in self._lost:
             return
         self._lost[loss.proc] = loss
-        self.trace.record("lost", self.proc_id, peer=loss.proc, reason=loss.reason)
+        self.trace.record(ev.Lost(proc=self.proc_id, peer=loss.proc, reason=loss.reason))
         self._fail_pending(loss)
         self.supervisor.on_loss(loss)
 

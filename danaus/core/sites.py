@@ -2,8 +2,8 @@
 
 In the spirit of FoundationDB's BUGGIFY: a chaos run switches some sites on
 (chosen by its seed) and each hit of a live site may slow or break what
-happens there. Outside chaos runs ``active`` is None and every site costs one
-attribute check.
+happens there. A world holds its run's sites (`World.sites`); outside chaos
+runs it holds none, and every site costs one attribute check.
 
 Sites:
 
@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+
+from danaus.core.faults import Heal
 
 
 class InjectedFault(Exception):
@@ -54,6 +56,12 @@ class Sites:
         probability = self.raises.get((mesh, endpoint))
         return probability is not None and self.rng.random() < probability
 
+    def raise_at(self, mesh: str, endpoint: str, probability: float) -> Heal:
+        """Make calls to ``endpoint`` of actor mesh ``mesh`` raise, until healed."""
+        key = (mesh, endpoint)
+        self.raises[key] = probability
 
-active: Sites | None = None
-"""The live sites of the running chaos run, if any."""
+        def heal() -> None:
+            self.raises.pop(key, None)
+
+        return heal

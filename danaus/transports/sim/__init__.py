@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ __all__ = [
     "World",
     "configured",
     "create_world",
+    "route_asyncio_run",
     "run",
 ]
 
@@ -47,14 +49,19 @@ class _SimLoopPolicy(asyncio.DefaultEventLoopPolicy):
         return super().new_event_loop()
 
 
-def configured(hosts: int = 1, seed: int = 0, network: NetworkModel | None = None) -> None:
+def configured(
+    hosts: int = 1,
+    seed: int = 0,
+    network: NetworkModel | None = None,
+    time_limit: float = math.inf,
+) -> None:
     """Check the options and route ``asyncio.run`` to the simulator's loop."""
-    if not isinstance(hosts, int) or hosts < 1:
+    if not isinstance(hosts, int) or isinstance(hosts, bool) or hosts < 1:
         raise ValueError(f"hosts must be a positive int, got {hosts!r}")
-    _install_policy()
+    route_asyncio_run()
 
 
-def _install_policy() -> None:
+def route_asyncio_run() -> None:
     """Route ``asyncio.run`` to the simulator, keeping the loop each thread has set.
 
     A fresh policy would forget the loops that running threads set on the old

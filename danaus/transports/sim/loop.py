@@ -53,10 +53,13 @@ class _VirtualSelector:
         if capped:
             raise SimulationTimeLimit(f"the simulation ran past its time limit of {limit:g} s")
         if deadline == math.inf:
-            raise SimulationStalled(
+            message = (
                 "the simulation has nothing left to do but the program is still waiting: "
                 "a call that can never be answered, or a thread (threads do not run on sim)"
             )
+            describe = self._loop.describe_stall
+            detail = describe() if describe is not None else ""
+            raise SimulationStalled(f"{message}\n{detail}" if detail else message)
         if deadline > env.now:
             env.run(until=deadline)
         return []
@@ -74,6 +77,7 @@ class VirtualTimeLoop(asyncio.BaseEventLoop):
         self._selector = _VirtualSelector(self, env)
         self.before_close: Callable[[], None] | None = None
         self.after_main: Callable[[], None] | None = None
+        self.describe_stall: Callable[[], str] | None = None
         self.time_limit = math.inf
 
     def run_until_complete(self, future: Any) -> Any:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from danaus.transports.base import ProcLoss
+from danaus.core.transport import ProcLoss
 from danaus.transports.tcp import control
 from danaus.transports.tcp.ioloop import IoLoop
 

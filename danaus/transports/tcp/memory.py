@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from danaus.transports.base import MemoryHandle, ProcLoss, memory_owner_lost
+from danaus.core.transport import MemoryHandle, ProcLoss, memory_owner_lost
 from danaus.transports.tcp.ioloop import Settle
 
 MEMORY = b"M"

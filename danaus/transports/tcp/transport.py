@@ -22,16 +22,17 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
-from danaus.transports.base import (
-    Buffer,
+from danaus.core.serialize import Buffer
+from danaus.core.transport import (
+    ROOT,
     FrameHandler,
     LossHandler,
     MemoryHandle,
     ProcLoss,
     Transport,
-    copy_frames,
     memory_owner_lost,
 )
+from danaus.transports.frames import copy_frames
 from danaus.transports.tcp import control
 from danaus.transports.tcp.control import CONTROL, DATA
 from danaus.transports.tcp.data import ZmqPlane
@@ -44,8 +45,6 @@ if TYPE_CHECKING:
     from danaus.transports.tcp.directory import Directory
 
 log = logging.getLogger("danaus.tcp")
-
-ROOT = "root"
 
 
 class TcpTransport(Transport):

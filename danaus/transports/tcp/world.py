@@ -15,7 +15,6 @@ import contextlib
 import logging
 import os
 import random
-import signal
 import socket
 import sys
 import threading
@@ -27,15 +26,16 @@ import zmq
 
 from danaus.core.agents import HOST_AGENT, PROC_AGENT, HostAgent, ProcAgent
 from danaus.core.blocking import ThreadRunner
-from danaus.core.mesh import STOP_TIMEOUT
+from danaus.core.owned import STOP_TIMEOUT
 from danaus.core.runtime import Runtime, cancel_leftover_tasks
 from danaus.core.trace import Trace
-from danaus.launch.bootstrap import Bootstrap
-from danaus.launch.local import LocalLauncher
-from danaus.transports.base import Fault, SyncRunner, World
+from danaus.core.transport import SyncRunner, World
 from danaus.transports.tcp import control
+from danaus.transports.tcp.bootstrap import Bootstrap
 from danaus.transports.tcp.directory import Directory
+from danaus.transports.tcp.faults import SignalFaults
 from danaus.transports.tcp.ioloop import IoLoop
+from danaus.transports.tcp.launcher import LocalLauncher
 from danaus.transports.tcp.security import JobKeys, ZapHandler
 from danaus.transports.tcp.transport import ROOT, TcpTransport
 
@@ -92,6 +92,7 @@ class TcpWorld(World):
             controller_address=controller_address,
         )
         self.launcher = LocalLauncher(self)
+        self.faults = SignalFaults(self)
         self.directory: Directory = None  # type: ignore[assignment]
         self._runtime: Runtime | None = None
         self._loop_thread: threading.Thread | None = None
@@ -272,17 +273,6 @@ class TcpWorld(World):
         _flush()
         os._exit(status)
 
-    def inject(self, fault: Fault, proc: str) -> None:
-        signals = {"crash": signal.SIGKILL, "pause": signal.SIGSTOP, "resume": signal.SIGCONT}
-        if fault not in signals:
-            raise ValueError(f"unknown fault {fault!r}")
-        if self.directory is None:
-            raise RuntimeError("faults are injected from the controller")
-        self.io.call_soon(self.launcher.kill, proc, signals[fault])
-
-    def worker_procs(self, host: str) -> list[str]:
-        return sorted(self.launcher.children()) if host in self.hosts() else []
-
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.proc_id} at {self.transport.address.control}>"
 
@@ -294,7 +284,7 @@ def _flush() -> None:
 
 
 def worker_main(boot: Bootstrap) -> None:
-    """Entry point of ``python -m danaus.worker`` once the bootstrap is read."""
+    """Entry point of ``python -m danaus.transports.tcp.worker`` once the bootstrap is read."""
     from danaus.core import config
 
     world_class = config.transport_module(boot.transport).World

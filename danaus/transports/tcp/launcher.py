@@ -1,6 +1,6 @@
 """Local launcher: worker processes on this machine, started and watched from the I/O thread.
 
-Each worker is ``python -m danaus.worker`` with its bootstrap (including the
+Each worker is ``python -m danaus.transports.tcp.worker`` with its bootstrap (including the
 job's secret key) written to its stdin. Its exit is noticed at once through a
 pidfd; its stdout and stderr are copied to the controller's, line by line.
 Workers die with the controller: they ask the kernel for a parent-death
@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, TypeVar
 
-from danaus.launch.bootstrap import Bootstrap
-from danaus.transports.base import Launcher, ProcLoss, ProcSpec
+from danaus.core.transport import Launcher, ProcLoss, ProcSpec
 from danaus.transports.tcp import control
+from danaus.transports.tcp.bootstrap import Bootstrap
 from danaus.transports.tcp.ioloop import Settle, settler
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ class LocalLauncher(Launcher):
         )
         try:
             popen = subprocess.Popen(
-                [sys.executable, "-m", "danaus.worker"],
+                [sys.executable, "-m", "danaus.transports.tcp.worker"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
