@@ -79,11 +79,13 @@ class Nemesis:
             return None
         if kind == "pause":
             return faults.pause(self._proc(fault))
-        if kind == "raise":
+        if kind in ("raise", "throw"):
             sites = self.world.sites
             if sites is None:
                 raise FaultUnsupported("fault sites are off")
             mesh, endpoint = (str(t) for t in fault.target)
+            if kind == "throw":
+                return sites.throw_at(mesh, endpoint, fault.error, int(fault.amount))
             return sites.raise_at(mesh, endpoint, fault.amount or 1.0)
         if kind == "slow":
             return faults.slow(self._proc(fault), fault.amount)

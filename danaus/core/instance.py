@@ -23,11 +23,17 @@ from typing import TYPE_CHECKING, Any
 from danaus.core import trace as ev
 from danaus.core.actor import Actor, EndpointSpec, endpoints_of
 from danaus.core.context import NO_MESSAGE, Context, reset_context, set_context
-from danaus.core.errors import ActorError, MeshStoppedError, RemoteException, SupervisionError
+from danaus.core.errors import (
+    CAUSE,
+    CONTEXT,
+    ActorError,
+    MeshStoppedError,
+    SupervisionError,
+    chain_link,
+)
 from danaus.core.ports import Port
 from danaus.core.serialize import Buffer, dumps, loads
 from danaus.core.shape import Extent, Point
-from danaus.core.sites import InjectedFault
 from danaus.core.supervision import MeshFailure
 from danaus.core.wire import Call
 
@@ -35,7 +41,7 @@ if TYPE_CHECKING:
     from danaus.core.mesh import HostMesh, ProcMesh
     from danaus.core.owned import OwnedMesh
     from danaus.core.runtime import Runtime
-    from danaus.core.transport import SyncRunner
+    from danaus.core.transport import ActorRunner
 
 log = logging.getLogger("danaus.actor")
 
@@ -74,25 +80,42 @@ class InstanceKind(enum.Enum):
     """Code outside any actor on a proc (the controller's main code)."""
 
 
-def remote_traceback(exc: BaseException) -> str:
-    """The traceback of ``exc`` from the first frame of user code (all of it if there is none)."""
+_LINKS = {
+    CAUSE: "\nThe above exception was the direct cause of the following exception:\n\n",
+    CONTEXT: "\nDuring handling of the above exception, another exception occurred:\n\n",
+}
+
+
+def _one_traceback(exc: BaseException) -> str:
+    """One exception's traceback, from its first frame of user code (all of it if none)."""
     frames = traceback.extract_tb(exc.__traceback__)
     first_user = next(
         (i for i, f in enumerate(frames) if not f.filename.startswith(_DISPATCH_DIRS)), 0
     )
-    frames = frames[first_user:]
-    lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames)]
-    lines.extend(traceback.format_exception_only(type(exc), exc))
+    lines = ["Traceback (most recent call last):\n"] if frames else []
+    lines += traceback.format_list(frames[first_user:])
+    lines += traceback.format_exception_only(type(exc), exc)
     return "".join(lines)
 
 
+def remote_traceback(exc: BaseException) -> str:
+    """The traceback of ``exc`` and the exceptions it chains to, as Python prints them."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        link, following = chain_link(current)
+        parts.append(_one_traceback(current))
+        if following is not None and link is not None:
+            parts.append(_LINKS[link])
+        current = following
+    return "".join(reversed(parts))
+
+
 def actor_error_payload(actor_id: str, exc: BaseException) -> list[Buffer]:
-    """A pickled `ActorError` for ``exc``, standing in for ``exc`` if it cannot be pickled."""
-    tb = remote_traceback(exc)
-    try:
-        return dumps(ActorError(actor_id, exc, tb))
-    except TypeError:
-        return dumps(ActorError(actor_id, RemoteException(type(exc).__qualname__, str(exc)), tb))
+    """A pickled `ActorError` for ``exc`` and its chain."""
+    return dumps(ActorError(actor_id, exc, remote_traceback(exc)))
 
 
 def member_id(mesh_id: str, name: str, index: int, incarnation: int = 0) -> str:
@@ -163,7 +186,13 @@ class _Mailbox:
 
 
 class Instance:
-    """A hosted actor: its identity, mailbox and state."""
+    """A hosted actor: its identity, mailbox and state.
+
+    A user actor's code runs on the thread of its `ActorRunner` (on the
+    simulator, the world's one thread). The runtime calls `post`, `supervise`,
+    `stop` and `abandon` from its loop's thread; they hand their work to the
+    actor's thread, and only that thread changes the actor's state.
+    """
 
     def __init__(
         self,
@@ -189,13 +218,16 @@ class Instance:
         self.kind = kind
         self.class_name = "Client"
         self.context = Context(self, rank)
+        self.loop = runtime.loop
+        """The loop this actor's messages are handled on."""
         self._seq = itertools.count()
         self._obj: Actor | None = None
         self._endpoints: dict[str, EndpointSpec] = {}
         self._mailbox: _Mailbox | None = None
         self._task: asyncio.Task[None] | None = None
-        self._runner: SyncRunner | None = None
+        self._runner: ActorRunner | None = None
         self._stopped: asyncio.Future[None] | None = None
+        """Settles (on the runtime's loop) once the actor is gone."""
         self.state = ActorState.RUNNING
         self.owned: list[OwnedMesh] = []
         """The meshes this actor spawned and has not stopped, oldest first."""
@@ -207,6 +239,8 @@ class Instance:
         """The call being handled is an async endpoint (suspended whenever the loop runs)."""
         self._supervisions: deque[MeshFailure] = deque()
         self._supervising: asyncio.Task[None] | None = None
+        self._ending = False
+        """Danaus itself is cancelling the message loop (an abandon or an exit)."""
 
     @classmethod
     def client(cls, runtime: Runtime) -> Instance:
@@ -222,6 +256,7 @@ class Instance:
 
     @classmethod
     def system(cls, runtime: Runtime, key: str, actor: Actor) -> Instance:
+        """A proc's or host's agent: async code only, on the runtime's loop."""
         instance = cls(
             runtime, key, f"{runtime.proc_id}/{key}", key, NO_MESSAGE, kind=InstanceKind.SYSTEM
         )
@@ -243,6 +278,8 @@ class Instance:
             proc_mesh=order.proc_mesh,
         )
         instance.state = ActorState.STARTING
+        instance._runner = runtime.world.actor_runner(instance.actor_id)
+        instance.loop = instance._runner.loop
         instance._start(order.blob)
         runtime.add_actor(instance)
         runtime.trace.record(
@@ -307,27 +344,25 @@ class Instance:
     def __repr__(self) -> str:
         return f"<Instance {self.actor_id} {self.state.value}>"
 
-    # ---- running --------------------------------------------------------------------
+    # ---- entry points for the runtime (any thread) ------------------------------------
 
-    def _adopt_object(self, obj: Actor) -> None:
-        self._obj = obj
-        self._endpoints = endpoints_of(type(obj))
-        self.class_name = type(obj).__qualname__
+    def _on_actor(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn(*args)`` on this actor's thread: at once if its loop is the runtime's.
 
-    def _start(self, blob: list[Buffer] | None) -> None:
-        self._mailbox = _Mailbox(self._runtime.loop)
-        self._stopped = self._runtime.loop.create_future()
-        self._task = self._runtime.loop.create_task(self._serve(blob))
+        Once the actor's loop has closed, the actor is gone; ``fn`` then runs
+        here and finds it so.
+        """
+        if self.loop is self._runtime.loop:
+            fn(*args)
+            return
+        try:
+            self.loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:
+            fn(*args)
 
     def post(self, call: Call, payload: list[Buffer]) -> None:
-        """Queue a message (on the loop thread)."""
-        if self.state in _TAKES_MESSAGES:
-            assert self._mailbox is not None
-            self._mailbox.put((call, payload))
-        elif self.state is ActorState.FAILED:
-            self._runtime.reply_error(call, self._failure_error(), self)
-        else:
-            self._runtime.reply_error(call, self._stopped_error(), self)
+        """Queue a message (from the runtime's loop)."""
+        self._on_actor(self._accept, call, payload)
 
     def supervise(self, failure: MeshFailure) -> None:
         """A mesh this actor owns has a failed member: handle it at the next safe point.
@@ -337,14 +372,74 @@ class Instance:
         """
         if self.kind is InstanceKind.CLIENT:
             self._runtime.unhandled(failure)
-        elif self.state in _TAKES_MESSAGES:
-            if self._in_async_call or self._supervising is not None:
-                self._supervisions.append(failure)
-                if self._supervising is None:
-                    self._supervising = self._runtime.loop.create_task(self._supervise_all())
-            else:
-                assert self._mailbox is not None
-                self._mailbox.put_first(_Supervise(failure))
+        else:
+            self._on_actor(self._offer, failure)
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Stop gracefully: finish queued messages, stop owned meshes, run ``__cleanup__``.
+
+        After ``timeout`` seconds the actor is abandoned without cleanup.
+        """
+        self._on_actor(self._begin_stop)
+        if self._stopped is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._stopped), timeout)
+        except asyncio.TimeoutError:
+            log.warning("actor %s did not stop within %s s; abandoned", self.actor_id, timeout)
+            self.abandon(self._stopped_error())
+
+    def abandon(self, reason: BaseException) -> None:
+        """End at once, without cleanup; the call it was running is answered with ``reason``.
+
+        The call is answered from here, even if the actor's thread is stuck in it.
+        """
+        self._ending = True
+        running, self._running = self._running, None
+        if running is not None:
+            self._runtime.reply_error(running, reason, self)
+        self._on_actor(self._abandon, reason)
+
+    # ---- on the actor's thread --------------------------------------------------------
+
+    def _adopt_object(self, obj: Actor) -> None:
+        self._obj = obj
+        self._endpoints = endpoints_of(type(obj))
+        self.class_name = type(obj).__qualname__
+
+    def _start(self, blob: list[Buffer] | None) -> None:
+        self._mailbox = _Mailbox(self.loop)
+        self._stopped = self._runtime.loop.create_future()
+        self._on_actor(self._begin, blob)
+
+    def _begin(self, blob: list[Buffer] | None) -> None:
+        self._task = self.loop.create_task(self._serve(blob))
+
+    def _accept(self, call: Call, payload: list[Buffer]) -> None:
+        if self.state in _TAKES_MESSAGES:
+            assert self._mailbox is not None
+            self._mailbox.put((call, payload))
+        elif self.state is ActorState.FAILED:
+            self._runtime.reply_error(call, self._failure_error(), self)
+        else:
+            self._runtime.reply_error(call, self._stopped_error(), self)
+
+    def _offer(self, failure: MeshFailure) -> None:
+        if self.state not in _TAKES_MESSAGES:
+            return
+        if self._in_async_call or self._supervising is not None:
+            self._supervisions.append(failure)
+            if self._supervising is None:
+                self._supervising = self.loop.create_task(self._supervise_all())
+        else:
+            assert self._mailbox is not None
+            self._mailbox.put_first(_Supervise(failure))
+
+    def _begin_stop(self) -> None:
+        if self.state in _TAKES_MESSAGES:
+            self.state = ActorState.STOPPING
+            assert self._mailbox is not None
+            self._mailbox.put(None)
 
     async def _supervise_all(self) -> None:
         """Handle the failures that arrived while an async endpoint was suspended."""
@@ -368,21 +463,23 @@ class Instance:
             else:
                 await self._handle(*item)
 
-    def _sync(self) -> SyncRunner:
-        if self._runner is None:
-            self._runner = self._runtime.world.sync_runner()
-        return self._runner
-
     async def _invoke(self, fn: Callable[..., Any], is_async: bool) -> Any:
         """Run user code; a ``sys.exit`` in it ends the whole proc, as in a real process."""
         try:
             if is_async:
                 return await fn()
-            return await self._sync().run(fn)
+            if self._runner is None:  # an agent: its code does not block
+                return fn()
+            return await self._runner.call_sync(fn)
         except SystemExit as exit_:
             code = exit_.code if isinstance(exit_.code, int) else 1
+            self._ending = True
             self._runtime.world.exit_proc(self._runtime, code)
             raise asyncio.CancelledError from None
+
+    def _ours(self, exc: BaseException) -> bool:
+        """``exc`` is Danaus ending the message loop (not an error of the user's code)."""
+        return self._ending and isinstance(exc, asyncio.CancelledError)
 
     async def _construct(self, blob: list[Buffer]) -> bool:
         token = set_context(self.context)
@@ -394,7 +491,9 @@ class Instance:
             obj = cls.__new__(cls)
             self._adopt_object(obj)
             await self._invoke(partial(cls.__init__, obj, *args, **kwargs), is_async=False)
-        except Exception as exc:
+        except BaseException as exc:
+            if self._ours(exc):
+                raise
             self._fail(f"__init__ raised {_describe(exc)}", exc)
             return False
         finally:
@@ -412,8 +511,8 @@ class Instance:
         try:
             if spec is None:
                 raise AttributeError(f"{self.class_name} has no endpoint {call.method!r}")
-            if sites is not None and sites.should_raise(self.name, call.method):
-                raise InjectedFault(f"fault injected at {self.name}.{call.method}")
+            if sites is not None:
+                sites.check_call(self.name, call.method)
             args, kwargs = loads(payload)
             if explicit:
                 args = (Port(call.reply, call.point), *args)
@@ -430,6 +529,11 @@ class Instance:
                 how = "an explicit-port" if explicit else "a broadcast"
                 self._fail(f"endpoint {call.method} ({how} call) raised {_describe(exc)}", exc)
                 self._runtime.reply_error(call, self._failure_error(), self)
+        except BaseException as exc:
+            if self._ours(exc):
+                raise
+            self._fail(f"endpoint {call.method} raised {_describe(exc)}", exc)
+            self._runtime.reply_error(call, self._failure_error(), self)
         else:
             if call.reply is not None and not explicit:
                 if sites is not None and (delay := sites.delay("reply")):
@@ -459,7 +563,9 @@ class Instance:
             if not handled:
                 cause = "a mesh it owns failed and __supervise__ did not handle it"
                 self._fail(cause, chained=failure)
-        except Exception as exc:
+        except BaseException as exc:
+            if self._ours(exc):
+                raise
             self._fail(f"__supervise__ raised {_describe(exc)}", exc, chained=failure)
         finally:
             reset_context(token)
@@ -504,13 +610,14 @@ class Instance:
         if self._in_async_call and asyncio.current_task() is not self._task:
             self._end_running_call(self._failure_error())
         self._drain(self._failure_error())
-        self._runtime.retire(self, self._failure_error())
+        self._runtime.on_loop(self._runtime.retire, self, self._failure_error())
         if self.owner is not None:
             self._runtime.send_failure(self, self.owner, self._failure)
-        self._runtime.loop.create_task(self._end_failed(exc, constructed))
+        self.loop.create_task(self._end_failed(exc, constructed))
 
     def _end_running_call(self, reason: BaseException) -> None:
         """Cancel the message loop and answer the call it was handling with ``reason``."""
+        self._ending = True
         if self._task is not None and not self._task.done():
             self._task.cancel()
         if self._running is not None:
@@ -535,25 +642,11 @@ class Instance:
     def _release(self) -> None:
         if self._runner is not None:
             self._runner.close()
+        self._runtime.on_loop(self._settle_stopped)
+
+    def _settle_stopped(self) -> None:
         if self._stopped is not None and not self._stopped.done():
             self._stopped.set_result(None)
-
-    async def stop(self, timeout: float | None = None) -> None:
-        """Stop gracefully: finish queued messages, stop owned meshes, run ``__cleanup__``.
-
-        After ``timeout`` seconds the actor is abandoned without cleanup.
-        """
-        if self.state in _TAKES_MESSAGES:
-            self.state = ActorState.STOPPING
-            assert self._mailbox is not None
-            self._mailbox.put(None)
-        if self._stopped is None:
-            return
-        try:
-            await asyncio.wait_for(asyncio.shield(self._stopped), timeout)
-        except asyncio.TimeoutError:
-            log.warning("actor %s did not stop within %s s; abandoned", self.actor_id, timeout)
-            self.abandon(self._stopped_error())
 
     async def stop_owned(self) -> None:
         """Stop the meshes this actor spawned, newest first."""
@@ -568,7 +661,9 @@ class Instance:
         token = set_context(self.context)
         try:
             await self._invoke(partial(cleanup, exc), asyncio.iscoroutinefunction(cleanup))
-        except Exception:
+        except BaseException as err:
+            if self._ours(err):
+                raise
             log.exception("__cleanup__ of %s raised", self.actor_id)
         finally:
             reset_context(token)
@@ -578,17 +673,16 @@ class Instance:
         await self._cleanup(None)
         self.state = ActorState.STOPPED
         self._runtime.trace.record(ev.Stop(proc=self._runtime.proc_id, actor=self.actor_id))
-        self._runtime.retire(self, self._stopped_error())
+        self._runtime.on_loop(self._runtime.retire, self, self._stopped_error())
         self._release()
 
-    def abandon(self, reason: BaseException) -> None:
-        """End at once, without cleanup; the call it was running is answered with ``reason``."""
+    def _abandon(self, reason: BaseException) -> None:
         self._end_running_call(reason)
         if self._mailbox is not None:
             self._drain(reason)
         if self.state is not ActorState.FAILED:
             self.state = ActorState.STOPPED
-        self._runtime.retire(self, reason)
+        self._runtime.on_loop(self._runtime.retire, self, reason)
         self._release()
 
 

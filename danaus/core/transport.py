@@ -155,15 +155,22 @@ class Launcher(ABC):
         """End the procs: politely, then by force after ``timeout`` seconds."""
 
 
-class SyncRunner(ABC):
-    """Runs one actor's sync endpoints, one at a time, off the event loop's task."""
+class ActorRunner(ABC):
+    """Where one actor's code runs: the loop its messages are handled on, and its sync code.
+
+    All of an actor's code runs on one thread: ``__init__``, sync and async
+    endpoints, ``__supervise__`` and ``__cleanup__``.
+    """
+
+    loop: asyncio.AbstractEventLoop
+    """The loop the actor's message loop and async code run on."""
 
     @abstractmethod
-    def run(self, fn: Callable[[], Any]) -> Awaitable[Any]:
-        """Run ``fn`` and return an awaitable of its result."""
+    def call_sync(self, fn: Callable[[], Any]) -> Awaitable[Any]:
+        """Run sync user code ``fn`` for a task of `loop`: an awaitable of its result."""
 
-    def close(self) -> None:  # noqa: B027 - most runners hold nothing
-        """Release what the runner holds once its actor is gone."""
+    def close(self) -> None:  # noqa: B027 - a shared runner holds nothing per actor
+        """Release what the runner holds once its actor is gone (from any thread)."""
 
 
 FaultHook = Callable[["MeshFailure"], None]
@@ -205,8 +212,8 @@ class World(ABC):
         """Proc ids of the host agents of every host in the world, in order."""
 
     @abstractmethod
-    def sync_runner(self) -> SyncRunner:
-        """A runner for one actor's sync endpoints."""
+    def actor_runner(self, name: str) -> ActorRunner:
+        """Where a new user actor called ``name`` runs."""
 
     @abstractmethod
     def shutdown(self) -> None:

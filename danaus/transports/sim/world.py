@@ -23,7 +23,7 @@ from danaus.core.names import NumberedNames
 from danaus.core.owned import STOP_TIMEOUT
 from danaus.core.runtime import Runtime, cancel_leftover_tasks
 from danaus.core.trace import Trace
-from danaus.core.transport import ROOT, Launcher, ProcSpec, SyncRunner, World
+from danaus.core.transport import ROOT, ActorRunner, Launcher, ProcSpec, World
 from danaus.core.waits import describe_waits
 from danaus.transports.sim.loop import VirtualTimeLoop
 from danaus.transports.sim.network import LIVE, NetworkModel, SimNetwork
@@ -144,7 +144,7 @@ class SimWorld(World):
         self.procs: dict[str, Runtime] = {}
         self._tasks: dict[str, weakref.WeakSet[asyncio.Task[Any]]] = {}
         self.loop.set_task_factory(self._make_task)
-        self._runner = GreenletRunner()
+        self._runner = GreenletRunner(self.loop)
         self._hosts = NumberedNames("h", hosts)
         self._hosts_set = frozenset(self._hosts)
         self._closed = False
@@ -164,7 +164,7 @@ class SimWorld(World):
     def hosts(self) -> Sequence[str]:
         return self._hosts
 
-    def sync_runner(self) -> SyncRunner:
+    def actor_runner(self, name: str) -> ActorRunner:
         return self._runner
 
     def boot(self, proc: str, host: str, extra: dict[str, type] | None = None) -> Runtime:

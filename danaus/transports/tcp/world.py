@@ -25,11 +25,11 @@ from typing import NoReturn, TypeVar
 import zmq
 
 from danaus.core.agents import HOST_AGENT, PROC_AGENT, HostAgent, ProcAgent
-from danaus.core.blocking import ThreadRunner
+from danaus.core.blocking import ActorThread
 from danaus.core.owned import STOP_TIMEOUT
 from danaus.core.runtime import Runtime, cancel_leftover_tasks
 from danaus.core.trace import Trace
-from danaus.core.transport import SyncRunner, World
+from danaus.core.transport import ActorRunner, World
 from danaus.transports.tcp import control
 from danaus.transports.tcp.bootstrap import Bootstrap
 from danaus.transports.tcp.directory import Directory
@@ -222,8 +222,8 @@ class TcpWorld(World):
     def hosts(self) -> Sequence[str]:
         return [self.host_agent]
 
-    def sync_runner(self) -> SyncRunner:
-        return ThreadRunner(f"danaus-actor-{self.proc_id}")
+    def actor_runner(self, name: str) -> ActorRunner:
+        return ActorThread(f"danaus-actor-{name}")
 
     def shutdown(self) -> None:
         """Stop every mesh this process owns (gracefully, within a timeout), then every worker."""
