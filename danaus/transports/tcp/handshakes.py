@@ -11,7 +11,11 @@ disconnects before its handshake succeeded is a refusal too.
 
 libzmq (4.3) names no descriptor in ``HANDSHAKE_SUCCEEDED``; a success is
 credited to the oldest connection still in its handshake, which is exact
-unless a stranger's handshake overlaps a member's.
+unless a stranger's handshake overlaps a member's. Nor does it name the peer:
+its address is asked of the descriptor when ``ACCEPTED`` is read, and if
+libzmq has closed it already (a refusal can take microseconds), of the
+kernel's table of connections to the socket's port that are closing; a peer
+that hangs up itself that fast may leave no trace, and is logged as unknown.
 """
 
 from __future__ import annotations
@@ -52,13 +56,43 @@ def _reason(event: int, value: int) -> str:
     return f"it left during the handshake ({errno.errorcode.get(value, value)})"
 
 
-def _peer(fd: int) -> str | None:
-    """The host at the other end of descriptor ``fd`` (None if it is already gone)."""
+_CLOSING = {"04", "05", "06", "07", "08", "09", "0B"}
+"""States of a TCP connection that is ending (FIN_WAIT1 ... CLOSING), as /proc/net/tcp has them."""
+
+
+def _peer(fd: int, port: int) -> str | None:
+    """The host at the other end of descriptor ``fd``, which may be closed already."""
     try:
         with socket.socket(fileno=os.dup(fd)) as peer:
             return str(peer.getpeername()[0])
     except (OSError, IndexError, TypeError):
-        return None
+        hosts = _closing_peers(port)
+        return hosts.pop() if len(hosts) == 1 else None
+
+
+def _closing_peers(port: int) -> set[str]:
+    """Hosts whose connections to local ``port`` are ending (from /proc/net/tcp and tcp6)."""
+    hosts: set[str] = set()
+    for table, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
+        try:
+            with open(table) as rows:
+                next(rows, None)
+                for row in rows:
+                    fields = row.split()
+                    local, remote, state = fields[1], fields[2], fields[3]
+                    if state in _CLOSING and int(local.rsplit(":", 1)[1], 16) == port:
+                        hosts.add(_host(remote.rsplit(":", 1)[0], family))
+        except (OSError, ValueError, IndexError):
+            continue
+    return hosts
+
+
+def _host(hex_address: str, family: int) -> str:
+    """An address as /proc/net/tcp writes it (32-bit words in host order) as text."""
+    raw = bytes.fromhex(hex_address)
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+    address = socket.inet_ntop(family, words)
+    return address.removeprefix("::ffff:")
 
 
 class HandshakeMonitor:
@@ -66,6 +100,7 @@ class HandshakeMonitor:
 
     def __init__(self, sock: zmq.Socket, io: IoLoop, refusals: RefusalLog, where: str) -> None:
         self._monitor = sock.get_monitor_socket(_EVENTS)
+        self._port = int(sock.last_endpoint.decode().rsplit(":", 1)[1])
         self._io = io
         self._refusals = refusals
         self._where = where
@@ -86,7 +121,7 @@ class HandshakeMonitor:
     def observe(self, event: int, value: int) -> None:
         """One monitor event: ``value`` is a descriptor, an error code or a ZAP status."""
         if event == zmq.EVENT_ACCEPTED:
-            self._pending[value] = _peer(value)
+            self._pending[value] = _peer(value, self._port)
         elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
             if self._pending:
                 self._pending.popitem(last=False)
