@@ -243,7 +243,7 @@ class UcxPlane:
             handler.add_done_callback(self._handlers.discard)
         self._endpoints.append(endpoint)
         local, remote = endpoint_addresses(endpoint)
-        peer = f"{remote[0]}:{remote[1]}" if remote else None
+        peer = remote[0] if remote else None
         if not _arrived_on(local, self._bind_host):
             self._refuse(endpoint, peer, f"it arrived on {local}, not on {self._bind_host}")
             return
