@@ -66,6 +66,8 @@ def check_answer(
     length = data[0]
     proc = bytes(data[1 : 1 + length])
     nonce_at = 1 + MAX_PROC_BYTES
+    if length == 0 or any(data[1 + length : nonce_at]):
+        raise HandshakeError("a malformed answer to the challenge")
     nonce = bytes(data[nonce_at : nonce_at + NONCE_BYTES])
     proof = bytes(data[nonce_at + NONCE_BYTES :])
     if not hmac.compare_digest(proof, _proof(secret, b"answer", greeting_nonce, nonce, proc)):
