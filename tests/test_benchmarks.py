@@ -82,3 +82,10 @@ def test_sim_scale_small() -> None:
     assert chaos["faults"] > 0 and chaos["failed_seeds"] == 0
     for key in ("seeds_per_wall_minute", "simulated_s_per_wall_s", "simulated_s"):
         assert chaos[key] > 0, (key, chaos)
+
+
+def test_large_argument_small() -> None:
+    """An 8 MiB argument (chunked at the default 4 MiB frames) and the heartbeat silence."""
+    [row] = run_benchmark("large_argument.py", "--size", "8", "--runs", "1")
+    assert row["benchmark"] == "large_argument" and row["procs_alive_after"] == 2
+    assert row["median_s"] > 0 and 0 < row["longest_heartbeat_silence_s"] < 3

@@ -115,6 +115,11 @@ class Directory:
             if requester not in self._losses:
                 self._send(requester, notice)
 
+    def last_heard(self, proc: str) -> float | None:
+        """When ``proc`` last answered a heartbeat (``time.monotonic``), if it is known."""
+        entry = self._entries.get(proc)
+        return entry.last_heard if entry is not None else None
+
     def address(self, proc: str) -> control.Address | None:
         entry = self._entries.get(proc)
         return entry.address if entry is not None else None

@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, TypeVar
 
+import msgspec
+
 from danaus.core.transport import Launcher, ProcLoss, ProcSpec
 from danaus.transports.tcp import control
 from danaus.transports.tcp.bootstrap import Bootstrap
@@ -107,6 +109,7 @@ class LocalLauncher(Launcher):
             bind_host=world.bind_host,
             transport=world.name,
             encrypt=world.keys.encrypt,
+            limits=msgspec.structs.asdict(world.limits),
         )
         try:
             popen = subprocess.Popen(

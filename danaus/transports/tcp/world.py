@@ -36,6 +36,8 @@ from danaus.transports.tcp.directory import Directory
 from danaus.transports.tcp.faults import SignalFaults
 from danaus.transports.tcp.ioloop import IoLoop
 from danaus.transports.tcp.launcher import LocalLauncher
+from danaus.transports.tcp.limits import Limits
+from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.tcp.security import JobKeys, ZapHandler
 from danaus.transports.tcp.transport import ROOT, TcpTransport
 
@@ -65,6 +67,7 @@ class TcpWorld(World):
         heartbeat_interval: float,
         heartbeat_timeout: float,
         bind_host: str,
+        limits: Limits,
         controller_address: str | None = None,
         trace: bool = False,
     ) -> None:
@@ -77,18 +80,22 @@ class TcpWorld(World):
         self.heartbeat_timeout = heartbeat_timeout
         self.trace = Trace(time.monotonic, enabled=trace)
         self.random = random.Random()
+        self.limits = limits
         self.io = IoLoop(f"danaus-io-{proc_id}")
-        self.context = zmq.Context()
+        self.contexts = (zmq.Context(), zmq.Context())
+        """Control plane's, data plane's: each its own zmq I/O thread (and ZAP handler)."""
         self.loop = asyncio.SelectorEventLoop()
-        self.zap = ZapHandler(self.context, self.io, keys)
+        self.zaps = [ZapHandler(context, self.io, keys) for context in self.contexts]
         self.transport = self.transport_class(
             proc_id,
             host,
             self.io,
-            self.context,
+            self.contexts,
             keys,
             self.loop,
             bind_host=bind_host,
+            limits=limits,
+            refusals=RefusalLog(),
             controller_address=controller_address,
         )
         self.launcher = LocalLauncher(self)
@@ -109,8 +116,12 @@ class TcpWorld(World):
         bind_host: str = BIND_HOST,
         trace: bool = False,
         encrypt: bool = True,
+        **limits: float | None,
     ) -> TcpWorld:
-        """The controller's world: the root proc, the directory, and this host's agent."""
+        """The controller's world: the root proc, the directory, and this host's agent.
+
+        ``limits`` are the options of `Limits.from_options`.
+        """
         world = cls(
             proc_id=ROOT,
             host=socket.gethostname(),
@@ -119,6 +130,7 @@ class TcpWorld(World):
             heartbeat_interval=heartbeat_interval,
             heartbeat_timeout=heartbeat_timeout,
             bind_host=bind_host,
+            limits=Limits.from_options(**limits),
             trace=trace,
         )
         world.directory = Directory(
@@ -153,6 +165,7 @@ class TcpWorld(World):
             controller_address=boot.controller,
             trace=boot.trace,
             bind_host=boot.bind_host,
+            limits=Limits(**boot.limits),
         )
         world.transport.on_control = world._worker_control
         world.io.start()
@@ -245,7 +258,8 @@ class TcpWorld(World):
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._loop_thread.join(5)
         self.io.stop()
-        self.context.destroy(linger=0)
+        for context in self.contexts:
+            context.destroy(linger=0)
 
     def _stop_children(self) -> None:
         done = threading.Event()
@@ -294,7 +308,8 @@ def worker_main(boot: Bootstrap) -> None:
         world.serve_forever()
     finally:
         world.io.stop()
-        world.context.destroy(linger=1000)
+        for context in world.contexts:
+            context.destroy(linger=1000)
 
 
 __all__ = ["TcpWorld", "worker_main"]

@@ -25,7 +25,15 @@ class UcxTransport(TcpTransport):
 
     def _data_plane(self, bind_host: str) -> UcxPlane:
         """Core messages over UCX, served on the process's UCX thread."""
-        return UcxPlane(self.proc_id, self._keys.secret, bind_host, self._from_plane, self._lookup)
+        return UcxPlane(
+            self.proc_id,
+            self._keys.secret,
+            bind_host,
+            self.limits,
+            self.refusals,
+            self._from_plane,
+            self._lookup,
+        )
 
     def _send_raw(self, dest: str, message: list[Any]) -> None:
         """RDMA transfers travel on UCX too."""
