@@ -7,6 +7,8 @@
   owner is gone or stopped watching.
 * `liveness`: once faults have healed and the cluster has settled, no call is
   still waiting for an answer.
+* `waits_on_failed`: no call is still waiting on an actor that failed (it must
+  have ended with an error).
 * `survivors`: every actor that neither failed nor stopped still answers.
 
 The first two read only the trace, so they work on any transport that traces.
@@ -157,6 +159,25 @@ def liveness(runtimes: Iterable[Runtime]) -> list[Violation]:
             found.append(
                 Violation("liveness", f"a call from {runtime.proc_id} still waits on {waiting}")
             )
+    return found
+
+
+def waits_on_failed(runtimes: Iterable[Runtime], events: Sequence[ev.Event]) -> list[Violation]:
+    """Calls still waiting on an actor that failed: they should have ended with an error."""
+    failed = {(e.proc, e.actor.rsplit("/", 1)[0]): e for e in events if isinstance(e, ev.Fail)}
+    found = []
+    for runtime in runtimes:
+        for wait in runtime.waits():
+            for target in wait.targets:
+                failure = failed.get(target)
+                if failure is not None:
+                    found.append(
+                        Violation(
+                            "waits_on_failed",
+                            f"{wait.waiter.actor_id}'s call of {wait.method} still waits on "
+                            f"{failure.actor}, which failed at {failure.t:.6f} s: {failure.cause}",
+                        )
+                    )
     return found
 
 

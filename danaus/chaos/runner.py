@@ -22,7 +22,14 @@ from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from danaus.chaos.checkers import Violation, delivery, liveness, reported_once, survivors
+from danaus.chaos.checkers import (
+    Violation,
+    delivery,
+    liveness,
+    reported_once,
+    survivors,
+    waits_on_failed,
+)
 from danaus.chaos.history import History
 from danaus.chaos.nemesis import Nemesis
 from danaus.chaos.plan import Plan
@@ -131,6 +138,7 @@ class _Run:
             events = list(self.world.trace.events)
         self.events = [e for e in events if e.t < cut]
         self.violations += delivery(self.events) + reported_once(self.events)
+        self.violations += waits_on_failed(self.world.local_runtimes(), self.events)
         self.violations += [Violation("invariant", m) for m in scenario.check(self.history)]
 
     def _settle(self, seconds: float) -> None:

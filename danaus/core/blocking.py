@@ -29,7 +29,31 @@ from danaus.core.transport import ActorRunner
 
 
 class _EndpointGreenlet(greenlet.greenlet):
-    """A greenlet running one sync endpoint call for a `GreenletRunner`."""
+    """A greenlet running sync actor code for a `GreenletRunner`.
+
+    Sync code sees no running event loop, as on a thread of its own: the loop
+    is marked running only while the greenlet has switched back to it.
+    """
+
+    def __init__(self, fn: Callable[[], Any], loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(self._body)
+        self._fn = fn
+        self.loop = loop
+
+    def _body(self) -> Any:
+        asyncio._set_running_loop(None)
+        try:
+            return self._fn()
+        finally:
+            asyncio._set_running_loop(self.loop)
+
+    def wait(self, afut: asyncio.Future[Any], timeout: float | None) -> Any:
+        """Have the loop's task await ``afut``; return its result here."""
+        asyncio._set_running_loop(self.loop)
+        try:
+            return self.parent.switch((afut, timeout))
+        finally:
+            asyncio._set_running_loop(None)
 
 
 def _timed_out(timeout: float | None) -> TimeoutError:
@@ -67,7 +91,7 @@ def block_on(
     """Wait for ``afut`` (a future of ``loop``) from sync code; see the module docstring."""
     current = greenlet.getcurrent()
     if isinstance(current, _EndpointGreenlet):
-        return current.parent.switch((afut, timeout))
+        return current.wait(afut, timeout)
     try:
         running = asyncio.get_running_loop()
     except RuntimeError:
@@ -99,7 +123,7 @@ class GreenletRunner(ActorRunner):
         self.loop = loop
 
     async def _drive(self, fn: Callable[[], Any]) -> Any:
-        child = _EndpointGreenlet(fn)
+        child = _EndpointGreenlet(fn, self.loop)
         child.gr_context = contextvars.copy_context()
         request = child.switch()
         while not child.dead:

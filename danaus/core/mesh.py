@@ -128,14 +128,20 @@ class HostMesh(_Mesh):
         """
         if bootstrap is not None:
             raise NotImplementedError("custom bootstrap is not supported")
-        extent = Extent.from_dict(per_host or {})
+        extent = Extent.from_dict({} if per_host is None else per_host)
         overlap = set(extent.labels) & set(self._shape.labels)
         if overlap:
             raise ValueError(f"per_host dimensions {sorted(overlap)} are already host dimensions")
         owner = _caller()
+        count = extent.nelements
+        limit = owner._runtime.world.max_procs_per_host
+        if count > limit:
+            raise ValueError(
+                f"spawn_procs asks for {count} procs per host, more than the limit of {limit} "
+                "(max_procs_per_host, a configure() option)"
+            )
         mesh_id = owner._runtime.new_id()
         name = name or "procs"
-        count = extent.nelements
         shape = Shape.from_extent(
             Extent(self._shape.labels + extent.labels, self._shape.ndslice.sizes + extent.sizes)
         )

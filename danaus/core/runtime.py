@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from danaus.core import trace as ev
 from danaus.core.config import fault_hook
-from danaus.core.errors import MeshStoppedError, SupervisionError
+from danaus.core.errors import MeshStoppedError, SerializationError, SupervisionError
 from danaus.core.future import Future, transfer_outcome
 from danaus.core.instance import Instance, InstanceKind
 from danaus.core.ports import PortHandler, ReplyHandler
@@ -27,7 +27,7 @@ from danaus.core.supervision import MeshFailure
 from danaus.core.supervisor import Supervisor
 from danaus.core.transport import ProcLoss, Transport
 from danaus.core.waits import Wait
-from danaus.core.wire import Call, Fail, FrameError, PortRef, Reply, decode, encode
+from danaus.core.wire import Call, Fail, FrameError, PortRef, Reply, decode, encode, reply_port
 
 if TYPE_CHECKING:
     from danaus.core.actor import Actor
@@ -265,6 +265,7 @@ class Runtime:
             envelope, payload = decode(frames, self.max_payload)
         except FrameError as exc:
             log.error("proc %s rejected a message from %s: %s", self.proc_id, src, exc)
+            self._refuse(src, frames, exc)
             return
         tracing = self.trace.enabled
         if isinstance(envelope, Call):
@@ -293,6 +294,14 @@ class Runtime:
                 )
             )
             self._route_failure(payload)
+
+    def _refuse(self, src: str, frames: list[Buffer], error: FrameError) -> None:
+        """Tell the sender of a rejected call why, where it waits for the answer."""
+        waiting = reply_port(frames, src)
+        if waiting is not None:
+            port, point = waiting
+            refused = SerializationError(f"proc {self.proc_id} rejected the call: {error}")
+            self.send_reply(self.client, port, point, dumps(refused), error=True)
 
     def _route_call(self, call: Call, payload: list[Buffer]) -> None:
         instance = self._actors.get(call.actor)

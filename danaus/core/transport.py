@@ -193,6 +193,8 @@ class World(ABC):
     faults: Faults
     """What a chaos run can do to this world (crash, pause, network faults)."""
     deterministic: bool = False
+    max_procs_per_host: int = 1024
+    """The most procs one ``spawn_procs`` may ask of each host (checked before anything starts)."""
     sites: Sites | None = None
     """The live fault sites of a chaos run on this world, if any."""
     fault_hook: FaultHook | None = None

@@ -109,6 +109,7 @@ class SimWorld(World):
 
     name = "sim"
     deterministic = True
+    max_procs_per_host = 1_000_000
 
     def __init__(
         self,

@@ -24,6 +24,7 @@ def configured(
     frame_bytes: int | None = None,
     handshake_timeout: float | None = None,
     max_pending_handshakes: int | None = None,
+    max_procs_per_host: int | None = None,
 ) -> None:
     """Check the options of ``configure(transport="tcp", ...)``.
 
@@ -43,6 +44,7 @@ def configured(
         frame_bytes=frame_bytes,
         handshake_timeout=handshake_timeout,
         max_pending_handshakes=max_pending_handshakes,
+        max_procs_per_host=max_procs_per_host,
     )
 
 

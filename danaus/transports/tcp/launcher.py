@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -60,6 +61,7 @@ class LocalLauncher(Launcher):
         self._children: dict[str, _Child] = {}
 
     async def launch(self, specs: Sequence[ProcSpec]) -> None:
+        _check_process_limit(len(specs))
         waits = self._each_on_io(self._start, specs)
         try:
             await asyncio.wait_for(asyncio.gather(*waits), STARTUP_TIMEOUT)
@@ -209,3 +211,31 @@ def _emit(child: _Child, sink: IO[str], data: bytes) -> None:
         del child.stderr_tail[:-STDERR_TAIL]
     sink.write(text)
     sink.flush()
+
+
+THREADS_PER_PROC = 8
+"""About how many threads a worker runs (runtime, I/O, zmq, actors); RLIMIT_NPROC counts them."""
+
+
+def _check_process_limit(count: int) -> None:
+    """Refuse, before starting any, ``count`` procs that the host's process limit would cut short.
+
+    RLIMIT_NPROC counts every thread of the user; without this check, a large
+    request forks until the kernel refuses, and leaves the rest half started.
+    """
+    soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+    if soft == resource.RLIM_INFINITY or os.geteuid() == 0:
+        return
+    uid = os.getuid()
+    used = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.stat(entry.path).st_uid == uid:
+                    used += len(os.listdir(f"{entry.path}/task"))
+    needed = count * THREADS_PER_PROC
+    if used + needed > soft:
+        raise RuntimeError(
+            f"starting {count} procs needs about {needed} more threads; this user runs {used} "
+            f"and the host's limit (ulimit -u) is {soft}"
+        )

@@ -4,7 +4,8 @@ Before a peer has proved that it belongs to the job it is a stranger, and a
 stranger may make a proc hold at most ``frame_bytes`` per connection, for at
 most ``handshake_timeout`` seconds; on ucx at most ``max_pending_handshakes``
 strangers are heard at once. After it has proved itself, a message may hold at
-most ``max_message_bytes``, checked before anything is allocated for it.
+most ``max_message_bytes``, checked before anything is allocated for it. A
+program may start at most ``max_procs_per_host`` procs per host in one request.
 
 Each limit is a ``configure(transport="tcp"/"ucx", ...)`` option, else the
 environment variable named in `ENVIRONMENT`, else its default. Workers get the
@@ -26,6 +27,7 @@ ENVIRONMENT = {
     "frame_bytes": "DANAUS_FRAME_BYTES",
     "handshake_timeout": "DANAUS_HANDSHAKE_TIMEOUT",
     "max_pending_handshakes": "DANAUS_MAX_PENDING_HANDSHAKES",
+    "max_procs_per_host": "DANAUS_MAX_PROCS_PER_HOST",
 }
 """The environment variable that sets each limit when ``configure`` does not."""
 
@@ -47,6 +49,8 @@ class Limits(msgspec.Struct, frozen=True):
     """Seconds a connection may take to prove it belongs to the job."""
     max_pending_handshakes: int = 64
     """Connections (ucx) that may be proving themselves at once; more are refused."""
+    max_procs_per_host: int = 1024
+    """Most procs one ``spawn_procs`` may start on each host (the host's own limit applies too)."""
 
     @property
     def chunk_bytes(self) -> int:

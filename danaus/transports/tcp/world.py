@@ -81,6 +81,7 @@ class TcpWorld(World):
         self.trace = Trace(time.monotonic, enabled=trace)
         self.random = random.Random()
         self.limits = limits
+        self.max_procs_per_host = limits.max_procs_per_host
         self.io = IoLoop(f"danaus-io-{proc_id}")
         self.contexts = (zmq.Context(), zmq.Context())
         """Control plane's, data plane's: each its own zmq I/O thread (and ZAP handler)."""
