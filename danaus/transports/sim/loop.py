@@ -471,10 +471,12 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
         context: contextvars.Context | None = None,
     ) -> asyncio.Task[T]:
         self._check_closed()
-        extra = {} if context is None else {"context": context}
-        if self._task_factory is None:
-            return asyncio.Task(coro, loop=self, name=name, **extra)
-        task = self._task_factory(self, coro, **extra)
+        factory = self._task_factory
+        if factory is None:
+            if context is None:
+                return asyncio.Task(coro, loop=self, name=name)
+            return asyncio.Task(coro, loop=self, name=name, context=context)
+        task = factory(self, coro) if context is None else factory(self, coro, context=context)
         if name is not None:
             task.set_name(name)
         return task
