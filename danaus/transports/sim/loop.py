@@ -135,6 +135,8 @@ class TimerHandle(Handle):
         super().cancel()
 
     def __lt__(self, other: TimerHandle) -> bool:
+        """Order by time only: the heap holds ``(when, handle)``, so timers of equal
+        time compare their handles, as equals, and pop in heapq's order as in asyncio."""
         return self._when < other._when
 
     def __repr__(self) -> str:
@@ -181,6 +183,7 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
         self.describe_stall: Callable[[], str] | None = None
         self._ready: deque[Handle] = deque()
         self._timers: list[tuple[float, TimerHandle]] = []
+        """A heap of ``(when, handle)``: times compare in C, faster than handles would."""
         self._cancelled_timers = 0
         """Timers cancelled while in the heap, counted as asyncio counts them."""
         self._stopping = False
