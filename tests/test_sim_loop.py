@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
+import json
 import logging
 import math
 import random
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -746,3 +749,24 @@ def test_the_loop_factory_needs_the_simulator_selected(monkeypatch):
     monkeypatch.setattr(config, "selected", lambda: "tcp")
     with pytest.raises(RuntimeError, match='configure\\(transport="sim"'):
         danaus.sim.loop_factory()
+
+
+def test_the_loop_benchmark_prints_what_it_promises():
+    """``benchmarks/sim_loop.py`` runs end to end (its figures are never checked)."""
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "sim_loop.py"), "--quick"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [row["benchmark"] for row in rows] == [
+        "sim_loop_callbacks",
+        "sim_loop_task_steps",
+        "sim_loop_timers",
+        "sim_loop_sim_events",
+    ]
+    assert all(row["operations_per_cpu_s"] > 0 for row in rows)
