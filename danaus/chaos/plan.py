@@ -47,8 +47,10 @@ EXTRA_KINDS: tuple[FaultKind, ...] = ("throw",)
 """Kinds a scenario opts into (``kinds = KINDS + EXTRA_KINDS``)."""
 THROWN = ("InjectedFault", "InjectedFatal", "KeyboardInterrupt", "GeneratorExit")
 """What a drawn ``throw`` raises: an `Exception` or a `BaseException` (see `danaus.core.sites`)."""
-REAL_KINDS: tuple[FaultKind, ...] = ("crash", "pause")
-"""The kinds a real transport can apply too (through the launcher's signals)."""
+NETWORK_KINDS: tuple[FaultKind, ...] = ("slow", "delay", "clog", "partition", "bandwidth")
+"""The kinds that need a world in control of the network (the simulator's model)."""
+SITE_KINDS: tuple[FaultKind, ...] = ("raise", "throw")
+"""The kinds that need fault sites in every proc (the simulator, where all procs are local)."""
 INSTANT_KINDS: tuple[FaultKind, ...] = ("crash", "crash_host")
 """The kinds that have no duration: nothing comes back to heal."""
 AMOUNTS: dict[FaultKind, tuple[float, float]] = {

@@ -32,7 +32,7 @@ from danaus.chaos.checkers import (
 )
 from danaus.chaos.history import History
 from danaus.chaos.nemesis import Nemesis
-from danaus.chaos.plan import Plan
+from danaus.chaos.plan import NETWORK_KINDS, SITE_KINDS, FaultKind, Plan
 from danaus.chaos.scenario import Scenario
 from danaus.core import config
 from danaus.core.mesh import agent_of
@@ -176,6 +176,16 @@ class ChaosFailure(AssertionError):
     """A seed broke a rule: the message holds its plan, violations and replay command."""
 
 
+def applicable_kinds(kinds: Iterable[FaultKind], world: World) -> list[FaultKind]:
+    """The ``kinds`` of fault ``world`` can apply (all of them on the simulator)."""
+    return [
+        kind
+        for kind in kinds
+        if (kind not in NETWORK_KINDS or world.faults.controls_network)
+        and (kind not in SITE_KINDS or world.sites is not None)
+    ]
+
+
 def replay_command(target: str, seed: int, plan: Plan | None = None, transport: str = "sim") -> str:
     """The one-line command that reruns ``seed`` (with ``plan``, if it is not the seed's own)."""
     parts = ["danaus", "chaos", "replay", target, "--seed", str(seed)]
@@ -207,9 +217,9 @@ def run_scenario(
 ) -> Outcome:
     """Run ``scenario`` once with ``seed`` (and its plan, or ``plan``) and check it.
 
-    ``options`` configure a real transport (heartbeat settings, for example).
+    ``options`` configure a real transport (heartbeat settings, for example). A
+    seed draws only the kinds of fault the transport's world can apply.
     """
-    plan = scenario.plan(seed) if plan is None else plan
     if config.installed() is not None:
         raise RuntimeError("a chaos run needs its own world: call danaus.shutdown() first")
     if transport == "sim":
@@ -227,6 +237,8 @@ def run_scenario(
     world.fault_hook = _record_unhandled(run.history)
     if world.deterministic:
         world.sites = Sites.from_seed(seed, random.Random(f"site-draws-{seed}"))
+    if plan is None:
+        plan = scenario.plan(seed, applicable_kinds(scenario.kinds, world))
     nemesis = Nemesis(world, plan)
     try:
         nemesis.start()

@@ -80,7 +80,8 @@ def _wait_from_thread(
     return afut.result()
 
 
-def _discard(afut: asyncio.Future[Any]) -> None:
+def discard_outcome(afut: asyncio.Future[Any]) -> None:
+    """A done-callback for a future whose error, if unread, is reported another way."""
     if not afut.cancelled():
         afut.exception()
 
@@ -109,7 +110,7 @@ def block_on(
         # The loop gave up (a stall): the caller has its error; the answer, if it
         # ever comes, is not wanted, and an error in it is not worth a warning.
         waiting.cancel()
-        afut.add_done_callback(_discard)
+        afut.add_done_callback(discard_outcome)
         raise
 
 

@@ -24,6 +24,9 @@ class FaultUnsupported(Exception):
 class Faults(ABC):
     """Fault injection into one world. `crash`, `pause` and `resume` are thread-safe."""
 
+    controls_network = False
+    """Whether the network faults (slow, bandwidth, delay, clog, partition) can apply."""
+
     @abstractmethod
     def workers(self, host: str) -> list[str]:
         """The live procs running user actors on ``host``, in a stable order."""

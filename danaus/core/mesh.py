@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from danaus.core.actor import Actor, EndpointSpec, endpoints_of
+from danaus.core.blocking import discard_outcome
 from danaus.core.context import context
 from danaus.core.endpoint import Endpoint
 from danaus.core.errors import SupervisionError
@@ -146,6 +147,8 @@ class HostMesh(_Mesh):
             Extent(self._shape.labels + extent.labels, self._shape.ndslice.sizes + extent.sizes)
         )
         started = self._agents().spawn_procs._fold((mesh_id, count, name), {}, None, _ignore)
+        # A proc lost while starting is reported by supervision; unread, this is no news.
+        owner._runtime.on_loop(started._afut.add_done_callback, discard_outcome)
         procs = NumberedNames(f"{mesh_id}.", len(self) * count)
         owned = OwnedMesh(name, ProcMesh._kind, owner, initialized=started)
         return ProcMesh(mesh_id, procs, shape, self, owned)._own(owned)

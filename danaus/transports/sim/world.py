@@ -53,6 +53,8 @@ class SimLauncher(Launcher):
 class SimFaults(Faults):
     """Every fault, applied exactly on the simulated network and procs."""
 
+    controls_network = True
+
     def __init__(self, world: SimWorld) -> None:
         self._world = world
         self._network = world.network
