@@ -71,7 +71,7 @@ def main() -> None:
     procs = this_host().spawn_procs(per_host={"w": 2})
     sinks = procs.spawn("sinks", Sink)
     sinks.received.call(memoryview(b"up")).get(timeout=60)
-    workers = installed().worker_procs(installed().hosts()[0])
+    workers = installed().faults.workers(installed().hosts()[0])
     data = memoryview(bytearray(args.size * MiB))
     times = []
     with Silence(workers) as silence:

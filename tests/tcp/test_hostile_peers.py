@@ -94,6 +94,22 @@ def target(tcp):
     return mesh, first, *first.facts.call_one().get(timeout=30)
 
 
+def hang_up_on(address: str, prefix: bytes) -> socket.socket:
+    """Send a greeting and ``prefix``; return once the proc has hung up, the socket still open.
+
+    Held open, the connection stays in the kernel's table on the proc's side, so
+    the proc can name its peer however late it looks.
+    """
+    raw = socket.create_connection(host_port(address), timeout=10)
+    raw.sendall(GREETING)
+    raw.recv(64)
+    raw.sendall(prefix)
+    with contextlib.suppress(ConnectionResetError):
+        while raw.recv(MiB):
+            pass
+    return raw
+
+
 def test_a_handshake_declaring_a_gigabyte_is_refused_before_the_proc_allocates_it(target):
     mesh, first, pid, control_address, data_address = target
     before = rss_mib(pid)
@@ -102,14 +118,23 @@ def test_a_handshake_declaring_a_gigabyte_is_refused_before_the_proc_allocates_i
         assert sent < 64 * MiB, f"{address} kept reading {sent} bytes of a 1 GiB handshake"
     assert rss_mib(pid) - before < 16, "the proc grew while refusing the handshakes"
     assert first.echo.call_one(1).get(timeout=30) == 1
+    assert list(mesh.echo.call(2).get(timeout=30).values()) == [2, 2]
+
+
+def test_a_refused_handshake_is_logged_once_with_the_peers_address(target):
+    _, first, _, control_address, data_address = target
 
     def refusals() -> list[str]:
         return [line for line in first.logged.call_one().get(timeout=30) if "refused" in line]
 
-    wait_until(lambda: len(refusals()) >= 1, 10, "the refusal logged")
-    assert "127.0.0.1" in refusals()[0]
-    assert len(refusals()) == 1, "refusals from one address are logged once per interval"
-    assert list(mesh.echo.call(2).get(timeout=30).values()) == [2, 2]
+    held = [hang_up_on(address, huge_hello(1 << 30)) for address in (control_address, data_address)]
+    try:
+        wait_until(lambda: len(refusals()) >= 1, 10, "the refusal logged")
+        assert "127.0.0.1" in refusals()[0]
+        assert len(refusals()) == 1, "refusals from one address are logged once per interval"
+    finally:
+        for raw in held:
+            raw.close()
 
 
 def test_a_large_argument_arrives_whole_and_heartbeats_go_on(tcp):

@@ -11,10 +11,9 @@ from danaus.transports.tcp.refusals import RefusalLog
 
 
 @pytest.fixture(autouse=True)
-def _forget_configure():
-    """``configure`` here only checks options; the next test starts unconfigured."""
-    yield
-    config._settings.clear()
+def _forget_configure(monkeypatch):
+    """``configure`` here only checks options; the next test starts with the choice it had."""
+    monkeypatch.setattr(config, "_choice", config._choice)
 
 
 def test_options_override_the_environment_which_overrides_the_defaults(monkeypatch):
@@ -77,3 +76,14 @@ def test_refusals_are_logged_once_per_address_per_interval(caplog):
         refusals.refused("proc p", address, "garbage")
     refusals.refused("proc p", "10.0.0.1", "garbage")
     assert caplog.records[-1].getMessage() == "proc p refused a connection from 10.0.0.1: garbage"
+
+
+def test_a_launch_the_process_limit_would_cut_short_is_refused_before_any_starts(monkeypatch):
+    from danaus.transports.tcp import launcher
+
+    monkeypatch.setattr(launcher.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(launcher.resource, "getrlimit", lambda _: (64, 64))
+    with pytest.raises(RuntimeError, match=r"limit \(ulimit -u\) is 64"):
+        launcher._check_process_limit(100)
+    monkeypatch.setattr(launcher.resource, "getrlimit", lambda _: (10**9, 10**9))
+    launcher._check_process_limit(100)
