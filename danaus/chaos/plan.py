@@ -17,7 +17,7 @@ import json
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 FaultKind = Literal[
     "crash",
@@ -31,20 +31,10 @@ FaultKind = Literal[
     "raise",
     "throw",
 ]
-KINDS: tuple[FaultKind, ...] = (
-    "crash",
-    "crash_host",
-    "pause",
-    "slow",
-    "delay",
-    "clog",
-    "partition",
-    "bandwidth",
-    "raise",
-)
-"""The kinds seeds draw unless a scenario says otherwise."""
 EXTRA_KINDS: tuple[FaultKind, ...] = ("throw",)
 """Kinds a scenario opts into (``kinds = KINDS + EXTRA_KINDS``)."""
+KINDS: tuple[FaultKind, ...] = tuple(k for k in get_args(FaultKind) if k not in EXTRA_KINDS)
+"""The kinds seeds draw unless a scenario says otherwise."""
 THROWN = ("InjectedFault", "InjectedFatal", "KeyboardInterrupt", "GeneratorExit")
 """What a drawn ``throw`` raises: an `Exception` or a `BaseException` (see `danaus.core.sites`)."""
 NETWORK_KINDS: tuple[FaultKind, ...] = ("slow", "delay", "clog", "partition", "bandwidth")
