@@ -179,6 +179,9 @@ class _Mailbox:
             if not waiter.done():
                 waiter.set_result(None)
 
+    def __len__(self) -> int:
+        return len(self._items)
+
     def take_all(self) -> list[Any]:
         items = list(self._items)
         self._items.clear()
@@ -241,6 +244,8 @@ class Instance:
         self._supervising: asyncio.Task[None] | None = None
         self._ending = False
         """Danaus itself is cancelling the message loop (an abandon or an exit)."""
+        self.handled = 0
+        """How many messages this actor has taken from its mailbox (read by `danaus top`)."""
 
     @classmethod
     def client(cls, runtime: Runtime) -> Instance:
@@ -327,6 +332,11 @@ class Instance:
     def running_call(self) -> Call | None:
         """The message being handled now, if any."""
         return self._running
+
+    @property
+    def mailbox_depth(self) -> int:
+        """How many messages wait in the mailbox (read from any thread)."""
+        return len(self._mailbox) if self._mailbox is not None else 0
 
     def enter(self) -> None:
         """Make this actor the context of the running task (for work done on its behalf)."""
@@ -504,10 +514,14 @@ class Instance:
 
     async def _handle(self, call: Call, payload: list[Buffer]) -> None:
         self._running = call
+        self.handled += 1
         token = set_context(Context(self, Point(call.point, Extent.of(call.labels, call.sizes))))
         spec = self._endpoints.get(call.method)
         explicit = spec is not None and spec.explicit_response_port
         sites = self._runtime.world.sites
+        observer = self._runtime.observer
+        observed = observer.handling(self, call) if observer is not None else None
+        raised: BaseException | None = None
         try:
             if spec is None:
                 raise AttributeError(f"{self.class_name} has no endpoint {call.method!r}")
@@ -521,6 +535,7 @@ class Instance:
                 partial(getattr(self._obj, call.method), *args, **kwargs), spec.is_async
             )
         except Exception as exc:
+            raised = exc
             if call.reply is not None and not explicit:
                 self._runtime.send_reply(
                     self, call.reply, call.point, actor_error_payload(self.actor_id, exc), True
@@ -530,6 +545,7 @@ class Instance:
                 self._fail(f"endpoint {call.method} ({how} call) raised {_describe(exc)}", exc)
                 self._runtime.reply_error(call, self._failure_error(), self)
         except BaseException as exc:
+            raised = exc
             if self._ours(exc):
                 raise
             self._fail(f"endpoint {call.method} raised {_describe(exc)}", exc)
@@ -549,6 +565,8 @@ class Instance:
             self._running = None
             self._in_async_call = False
             reset_context(token)
+            if observer is not None:
+                observer.handled(observed, raised)
 
     async def _supervise(self, failure: MeshFailure) -> None:
         """Offer ``failure`` to ``__supervise__``; unhandled, it fails this actor in turn."""
@@ -607,6 +625,8 @@ class Instance:
         self._runtime.trace.record(
             ev.Fail(proc=self._runtime.proc_id, actor=self.actor_id, cause=cause)
         )
+        if self._runtime.observer is not None:
+            self._runtime.observer.actor_failed(self, cause)
         if self._in_async_call and asyncio.current_task() is not self._task:
             self._end_running_call(self._failure_error())
         self._drain(self._failure_error())
