@@ -48,9 +48,7 @@ def actor_view(instance: Instance) -> ActorView:
 def proc_view(runtime: Runtime) -> ProcView:
     """``runtime``'s proc now: its process's CPU and memory, its actors, its failures."""
     failures = [
-        FailureView(
-            proc=f.proc, what=f.actor_id, cause=f.cause, mesh=f.mesh_name, rank=f.rank.rank
-        )
+        FailureView(proc=f.proc, what=f.actor_id, cause=f.cause, mesh=f.mesh_name, rank=f.rank.rank)
         for f in runtime.failures()
     ]
     failures += [
