@@ -246,6 +246,10 @@ class Instance:
         """Danaus itself is cancelling the message loop (an abandon or an exit)."""
         self.handled = 0
         """How many messages this actor has taken from its mailbox (read by `danaus top`)."""
+        self._posted = 0
+        """Messages posted to this actor (counted on the runtime's thread)."""
+        self._accepted = 0
+        """Of those, how many reached its thread (counted there)."""
 
     @classmethod
     def client(cls, runtime: Runtime) -> Instance:
@@ -335,8 +339,13 @@ class Instance:
 
     @property
     def mailbox_depth(self) -> int:
-        """How many messages wait in the mailbox (read from any thread)."""
-        return len(self._mailbox) if self._mailbox is not None else 0
+        """How many messages wait for this actor: in its mailbox, or on the way to its thread.
+
+        A sync endpoint that blocks the actor's thread holds back the messages
+        posted meanwhile before they reach the mailbox; they count too.
+        """
+        queued = len(self._mailbox) if self._mailbox is not None else 0
+        return queued + self._posted - self._accepted
 
     def enter(self) -> None:
         """Make this actor the context of the running task (for work done on its behalf)."""
@@ -372,6 +381,7 @@ class Instance:
 
     def post(self, call: Call, payload: list[Buffer]) -> None:
         """Queue a message (from the runtime's loop)."""
+        self._posted += 1
         self._on_actor(self._accept, call, payload)
 
     def supervise(self, failure: MeshFailure) -> None:
@@ -426,6 +436,7 @@ class Instance:
         self._task = self.loop.create_task(self._serve(blob))
 
     def _accept(self, call: Call, payload: list[Buffer]) -> None:
+        self._accepted += 1
         if self.state in _TAKES_MESSAGES:
             assert self._mailbox is not None
             self._mailbox.put((call, payload))

@@ -6,7 +6,8 @@ the job's key, so a tool can ask the controller what the admin protocol
 offers (`danaus.admin.protocol`, msgpack, never pickles) and cannot pass for a
 member of the job. The keypair reaches tools through the job file
 (`danaus.admin.jobfile`), readable by the job's user only. The socket listens
-on loopback unless ``admin_host`` says otherwise, and traffic is encrypted.
+on loopback unless ``admin_host`` says otherwise, traffic is encrypted, and
+refused handshakes are logged like those of the job's own sockets.
 
 Requests arrive on the I/O thread, are answered on the runtime loop
 (`danaus.admin.service`) and the answers go back from the I/O thread. Each
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING
 import zmq
 
 from danaus.admin import jobfile, protocol
+from danaus.transports.tcp.handshakes import HandshakeMonitor
 from danaus.transports.tcp.security import JobKeys, ZapHandler
 from danaus.transports.tcp.sockets import bind_router
 
@@ -54,6 +56,9 @@ class AdminSocket:
         self._zap = ZapHandler(self._context, world.io, self.keys)
         self._router = bind_router(self._context, self.keys, bind_host, world.limits)
         self.address = self._router.last_endpoint.decode()
+        self._monitor = HandshakeMonitor(
+            self._router, world.io, world.transport.refusals, f"the admin socket of {world.proc_id}"
+        )
         self.job_file: Path | None = None
         world.io.add_reader(self._router, self._readable)
 
@@ -83,6 +88,7 @@ class AdminSocket:
         self._world.io.call_soon(self._close)
 
     def _close(self) -> None:
+        self._monitor.close()
         self._world.io.remove_reader(self._router)
         self._router.close(0)
         self._context.destroy(linger=0)
