@@ -60,8 +60,12 @@ def _job(selector: str | None) -> Any:
 
 def _top(args: argparse.Namespace) -> int:
     from danaus.admin.protocol import Snapshot
-    from danaus.admin.top import TopApp
     from danaus.transports.tcp.admin import AdminClient
+
+    try:
+        from danaus.admin.top import TopApp
+    except ImportError as exc:
+        raise SystemExit(f"danaus top needs textual ({exc}): pip install 'danaus[top]'") from None
 
     with AdminClient(_job(args.job)) as client:
         TopApp(lambda: client.ask(Snapshot(), timeout=10), interval=args.interval).run()
