@@ -32,9 +32,7 @@ def session_table(sessions: list[SessionView]) -> str:
     rows = [("id", "actor", "rank", "proc", "pid", "endpoint", "stopped at")]
     for s in sessions:
         coords = ",".join(f"{k}={v}" for k, v in s.coords.items()) or str(s.rank)
-        rows.append(
-            (str(s.id), s.mesh, coords, s.proc, str(s.pid), s.method or "-", s.location)
-        )
+        rows.append((str(s.id), s.mesh, coords, s.proc, str(s.pid), s.method or "-", s.location))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1] for row in rows

@@ -7,7 +7,7 @@ import re
 import pexpect
 import pytest
 
-from tests.observe.conftest import PYTHON, program
+from tests.observe.conftest import PYTHON, program, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -100,3 +100,27 @@ def test_on_the_simulator_breakpoint_is_plain_pdb_in_the_process(tmp_path, job_e
     finally:
         if sim.isalive():
             sim.terminate(force=True)
+
+
+def test_the_controller_can_debug_its_own_stopped_ranks(tcp_job):
+    import io
+
+    import danaus.debug
+    from danaus import this_host
+
+    world = tcp_job()
+    namespace: dict = {"__name__": "trainers_under_test"}
+    exec(TRAINERS.split("procs = ")[0], namespace)
+    procs = this_host().spawn_procs(per_host={"gpus": 2})
+    pending = procs.spawn("trainer", namespace["Trainer"]).step.call(4)
+    wait_for(lambda: len(world.admin.sessions.views()) == 2, 60, "both ranks to stop")
+    typed = io.StringIO("list\nattach 1\np loss * 2\nwhere\ncontinue\nlist\ncontinue\nquit\n")
+    shown = io.StringIO()
+    assert danaus.debug.attach(typed, shown) == 0
+    assert sorted(pending.get(timeout=60).values()) == [40, 50]
+    text = shown.getvalue()
+    assert re.search(r"^\(Pdb\) (8|10)$", text, re.MULTILINE)
+    assert "session 1 ended: the rank runs on" in text and "1 rank(s) continued" in text
+    where = text[text.index("(Pdb) ") :]
+    assert where.count("<string>(9)step()") == 1
+    assert "danaus/core" not in where and "threading.py" not in where
