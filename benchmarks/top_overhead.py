@@ -143,11 +143,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between snapshots")
     parser.add_argument("--work-us", type=int, default=200, help="each call's spin, microseconds")
     parser.add_argument("--snapshots", type=int, default=50, help="for the CPU cost of one")
+    parser.add_argument(
+        "--heartbeat-timeout",
+        type=float,
+        default=30.0,
+        help="seconds (starting 64 procs on a small, busy machine starves heartbeats)",
+    )
     args = parser.parse_args(argv)
 
     jobs = tempfile.mkdtemp(prefix="danaus-jobs-")
     os.environ["DANAUS_JOBS_DIR"] = jobs
-    danaus.configure(transport="tcp")
+    danaus.configure(
+        transport="tcp", heartbeat_interval=1.0, heartbeat_timeout=args.heartbeat_timeout
+    )
     procs = this_host().spawn_procs(per_host={"procs": args.procs})
     spinners = procs.spawn("spinner", Spinner)
     spinners.spin.call(0).get(timeout=300)
