@@ -42,11 +42,6 @@ def destination(option: bool | str | None) -> str | None:
     return None
 
 
-def live_workers(world: World) -> list[str]:
-    """The live worker procs of every host of ``world``."""
-    return [p for host in world.hosts() for p in world.faults.workers(host)]
-
-
 async def gather_events(world: World, timeout: float) -> list[Event]:
     """Every live proc's trace and what the controller kept, merged in time order.
 
@@ -55,7 +50,7 @@ async def gather_events(world: World, timeout: float) -> list[Event]:
     """
     events = list(world.trace.events)
     local = {runtime.proc_id for runtime in world.local_runtimes()}
-    remote = [proc for proc in live_workers(world) if proc not in local]
+    remote = [proc for proc in world.live_workers() if proc not in local]
     if not remote:
         return events
     world.root.client.enter()

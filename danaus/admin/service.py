@@ -19,7 +19,6 @@ from danaus.admin.probes import proc_view
 from danaus.admin.views import FailureView, JobView, ProcView
 from danaus.core.mesh import agent_of
 from danaus.debug.sessions import NoSession, Sessions
-from danaus.tracing import live_workers
 
 if TYPE_CHECKING:
     from danaus.core.transport import World
@@ -58,7 +57,7 @@ class AdminService:
         root = world.root
         started = time.perf_counter()
         root.client.enter()
-        workers = [p for p in live_workers(world) if p != root.proc_id]
+        workers = [p for p in world.live_workers() if p != root.proc_id]
         procs = [proc_view(root), *await asyncio.gather(*(self._probe(p) for p in workers))]
         now = world.loop.time()
         for view in procs:

@@ -39,7 +39,7 @@ from danaus.core.sites import Sites
 from danaus.core.supervision import MeshFailure
 from danaus.core.trace import Event, Trace
 from danaus.core.transport import World
-from danaus.tracing import gather_events, live_workers
+from danaus.tracing import gather_events
 from danaus.transports.sim.loop import SimulationStalled, SimulationTimeLimit
 
 
@@ -110,7 +110,7 @@ class _Run:
         self.violations += liveness(self.world.local_runtimes())
         cut = self.world.loop.time()
         try:
-            procs = [self.world.root.proc_id, *live_workers(self.world)]
+            procs = [self.world.root.proc_id, *self.world.live_workers()]
             self.violations += self._wait(survivors(procs, scenario.settle))
             events = self._wait(gather_events(self.world, scenario.settle))
         except (SimulationStalled, SimulationTimeLimit) as exc:

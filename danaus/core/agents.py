@@ -130,7 +130,9 @@ async def keep_traces(runtime: Runtime, procs: Sequence[str]) -> None:
     """Add the trace of each of ``procs`` (about to stop) to ``runtime``'s, so none is lost."""
     from danaus.core.mesh import agent_of
 
-    local = {r.proc_id for r in runtime.world.local_runtimes()}
+    world = runtime.world
+    local = {r.proc_id for r in world.local_runtimes()}
+    live = set(world.live_workers())
 
     async def one(proc: str) -> list[Event]:
         try:
@@ -139,7 +141,7 @@ async def keep_traces(runtime: Runtime, procs: Sequence[str]) -> None:
             log.warning("the trace of proc %s is lost: %r", proc, exc)
             return []
 
-    remote = [p for p in procs if p not in local]
+    remote = [p for p in procs if p in live and p not in local]
     if remote:
         found = await asyncio.gather(*(one(p) for p in remote))
         runtime.trace.events.extend(e for events in found for e in events)
