@@ -85,7 +85,13 @@ class DebugRepl:
         if not which.isdigit():
             self._say(f"attach takes a session id, not {which!r}")
             return
-        session = int(which)
+        try:
+            self._talk(int(which))
+        except KeyboardInterrupt:
+            self._say(f"\ndetached from session {which}")
+
+    def _talk(self, session: int) -> None:
+        """Relay pdb's output and the lines typed until the session ends or you leave it."""
         answer = self._client.ask(protocol.ReadSession(session))
         while isinstance(answer, DebugOutput):
             self._out.write(answer.output)
