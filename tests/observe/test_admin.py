@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import stat
+import subprocess
 
 import msgspec
 import pytest
@@ -17,7 +18,7 @@ from danaus.admin.model import TopModel
 from danaus.admin.views import ActorView, FailureView, JobView, ProcView
 from danaus.transports.tcp.admin import AdminClient
 from danaus.transports.tcp.security import JobKeys
-from tests.observe.conftest import wait_for
+from tests.observe.conftest import PYTHON, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -251,3 +252,15 @@ def test_top_draws_its_tables_from_each_snapshot_and_pauses():
         assert app.return_code == 0
 
     asyncio.run(drive())
+
+
+def test_the_tools_say_so_when_no_job_runs(job_env):
+    for tool in ("top", "debug"):
+        done = subprocess.run(
+            [PYTHON, "-m", "danaus.cli", tool],
+            env=job_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 1 and "no Danaus job running" in done.stderr, done.stderr
