@@ -69,6 +69,7 @@ def import_alone(name: str) -> tuple[str, int, str]:
     return name, done.returncode, done.stderr.strip().splitlines()[-1:]
 
 
+@pytest.mark.timeout(300)  # a hang guard: about a hundred interpreters start, two at a time
 def test_every_module_imports_alone_in_a_fresh_interpreter():
     """An import cycle shows up as a failure when the cycle is entered from the wrong module."""
     names = [n for n in all_modules() if not needs_missing_extra(n)]

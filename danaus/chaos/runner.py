@@ -35,11 +35,11 @@ from danaus.chaos.nemesis import Nemesis
 from danaus.chaos.plan import NETWORK_KINDS, SITE_KINDS, FaultKind, Plan
 from danaus.chaos.scenario import Scenario
 from danaus.core import config
-from danaus.core.mesh import agent_of
 from danaus.core.sites import Sites
 from danaus.core.supervision import MeshFailure
 from danaus.core.trace import Event, Trace
 from danaus.core.transport import World
+from danaus.tracing import gather_events
 from danaus.transports.sim.loop import SimulationStalled, SimulationTimeLimit
 
 
@@ -77,26 +77,6 @@ def _record_unhandled(history: History) -> Callable[[MeshFailure], None]:
     return record
 
 
-def _workers(world: World) -> list[str]:
-    """The live worker procs of every host."""
-    return [p for host in world.hosts() for p in world.faults.workers(host)]
-
-
-async def _trace_events(world: World, timeout: float) -> list[Event]:
-    """Every live proc's trace, merged in time order (procs in this OS process share its own)."""
-    events = list(world.trace.events)
-    local = {runtime.proc_id for runtime in world.local_runtimes()}
-    remote = [proc for proc in _workers(world) if proc not in local]
-    if not remote:
-        return events
-    for proc in remote:
-        try:
-            events += await asyncio.wait_for(agent_of(proc).trace_events.call_one(), timeout)
-        except Exception:
-            continue
-    return sorted(events, key=lambda e: e.t)
-
-
 class _Run:
     """One run of a scenario against a plan, on the current world."""
 
@@ -130,9 +110,9 @@ class _Run:
         self.violations += liveness(self.world.local_runtimes())
         cut = self.world.loop.time()
         try:
-            procs = [self.world.root.proc_id, *_workers(self.world)]
+            procs = [self.world.root.proc_id, *self.world.live_workers()]
             self.violations += self._wait(survivors(procs, scenario.settle))
-            events = self._wait(_trace_events(self.world, scenario.settle))
+            events = self._wait(gather_events(self.world, scenario.settle))
         except (SimulationStalled, SimulationTimeLimit) as exc:
             self.violations.append(Violation("survivors", f"probing the actors stalled: {exc}"))
             events = list(self.world.trace.events)

@@ -179,6 +179,9 @@ class _Mailbox:
             if not waiter.done():
                 waiter.set_result(None)
 
+    def __len__(self) -> int:
+        return len(self._items)
+
     def take_all(self) -> list[Any]:
         items = list(self._items)
         self._items.clear()
@@ -241,6 +244,12 @@ class Instance:
         self._supervising: asyncio.Task[None] | None = None
         self._ending = False
         """Danaus itself is cancelling the message loop (an abandon or an exit)."""
+        self.handled = 0
+        """How many messages this actor has taken from its mailbox (read by `danaus top`)."""
+        self._posted = 0
+        """Messages posted to this actor (counted on the runtime's thread)."""
+        self._accepted = 0
+        """Of those, how many reached its thread (counted there)."""
 
     @classmethod
     def client(cls, runtime: Runtime) -> Instance:
@@ -328,6 +337,16 @@ class Instance:
         """The message being handled now, if any."""
         return self._running
 
+    @property
+    def mailbox_depth(self) -> int:
+        """How many messages wait for this actor: in its mailbox, or on the way to its thread.
+
+        A sync endpoint that blocks the actor's thread holds back the messages
+        posted meanwhile before they reach the mailbox; they count too.
+        """
+        queued = len(self._mailbox) if self._mailbox is not None else 0
+        return queued + self._posted - self._accepted
+
     def enter(self) -> None:
         """Make this actor the context of the running task (for work done on its behalf)."""
         set_context(self.context)
@@ -362,6 +381,7 @@ class Instance:
 
     def post(self, call: Call, payload: list[Buffer]) -> None:
         """Queue a message (from the runtime's loop)."""
+        self._posted += 1
         self._on_actor(self._accept, call, payload)
 
     def supervise(self, failure: MeshFailure) -> None:
@@ -416,6 +436,7 @@ class Instance:
         self._task = self.loop.create_task(self._serve(blob))
 
     def _accept(self, call: Call, payload: list[Buffer]) -> None:
+        self._accepted += 1
         if self.state in _TAKES_MESSAGES:
             assert self._mailbox is not None
             self._mailbox.put((call, payload))
@@ -504,10 +525,14 @@ class Instance:
 
     async def _handle(self, call: Call, payload: list[Buffer]) -> None:
         self._running = call
+        self.handled += 1
         token = set_context(Context(self, Point(call.point, Extent.of(call.labels, call.sizes))))
         spec = self._endpoints.get(call.method)
         explicit = spec is not None and spec.explicit_response_port
         sites = self._runtime.world.sites
+        observer = self._runtime.observer
+        observed = observer.handling(self, call) if observer is not None else None
+        raised: BaseException | None = None
         try:
             if spec is None:
                 raise AttributeError(f"{self.class_name} has no endpoint {call.method!r}")
@@ -521,6 +546,7 @@ class Instance:
                 partial(getattr(self._obj, call.method), *args, **kwargs), spec.is_async
             )
         except Exception as exc:
+            raised = exc
             if call.reply is not None and not explicit:
                 self._runtime.send_reply(
                     self, call.reply, call.point, actor_error_payload(self.actor_id, exc), True
@@ -530,6 +556,7 @@ class Instance:
                 self._fail(f"endpoint {call.method} ({how} call) raised {_describe(exc)}", exc)
                 self._runtime.reply_error(call, self._failure_error(), self)
         except BaseException as exc:
+            raised = exc
             if self._ours(exc):
                 raise
             self._fail(f"endpoint {call.method} raised {_describe(exc)}", exc)
@@ -549,6 +576,8 @@ class Instance:
             self._running = None
             self._in_async_call = False
             reset_context(token)
+            if observer is not None:
+                observer.handled(observed, raised)
 
     async def _supervise(self, failure: MeshFailure) -> None:
         """Offer ``failure`` to ``__supervise__``; unhandled, it fails this actor in turn."""
@@ -607,6 +636,8 @@ class Instance:
         self._runtime.trace.record(
             ev.Fail(proc=self._runtime.proc_id, actor=self.actor_id, cause=cause)
         )
+        if self._runtime.observer is not None:
+            self._runtime.observer.actor_failed(self, cause)
         if self._in_async_call and asyncio.current_task() is not self._task:
             self._end_running_call(self._failure_error())
         self._drain(self._failure_error())

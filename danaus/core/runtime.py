@@ -20,6 +20,7 @@ from danaus.core.config import fault_hook
 from danaus.core.errors import MeshStoppedError, SerializationError, SupervisionError
 from danaus.core.future import Future, transfer_outcome
 from danaus.core.instance import Instance, InstanceKind
+from danaus.core.observer import Observer, from_environment
 from danaus.core.ports import PortHandler, ReplyHandler
 from danaus.core.serialize import Buffer, dumps, loads, nbytes
 from danaus.core.shape import Shape
@@ -70,6 +71,9 @@ class Runtime:
         self._ids = itertools.count(1)
         self.pid = pid
         """The OS process id of this proc, where it has one of its own."""
+        self.observer: Observer | None = None
+        """Instrumentation told of calls and failures (`danaus.core.observer`); None: off."""
+        self.observe(from_environment())
         self.client = Instance.client(self)
         self.supervisor = Supervisor(self)
 
@@ -78,6 +82,12 @@ class Runtime:
         for key, actor in (system_actors or {}).items():
             self._actors[key] = Instance.system(self, key, actor)
         self.transport.start(self._on_frames, self._on_loss)
+
+    def observe(self, observer: Observer | None) -> None:
+        """Report to ``observer`` from now on (None: to nobody)."""
+        self.observer = observer
+        if observer is not None:
+            observer.attach(self)
 
     def new_id(self) -> str:
         """An id unique in the whole job: this proc's id and a counter."""
@@ -124,8 +134,16 @@ class Runtime:
         labels, sizes = shape.labels, shape.ndslice.sizes
         size = nbytes(payload)
         tracing = self.trace.enabled
+        observer = self.observer
+        carried = (
+            None
+            if observer is None
+            else observer.call_sent(sender, actor, method, len(targets), reply)
+        )
         for proc, point in targets:
-            envelope = Call(actor, method, reply, point, labels, sizes, sender.actor_id, seq)
+            envelope = Call(
+                actor, method, reply, point, labels, sizes, sender.actor_id, seq, carried
+            )
             if tracing:
                 self.trace.record(
                     ev.CallSent(
@@ -185,6 +203,18 @@ class Runtime:
     def is_lost(self, proc: str) -> bool:
         return proc in self._lost
 
+    def losses(self) -> list[ProcLoss]:
+        """The procs this one learned are gone, in the order it learned it."""
+        return list(self._lost.values())
+
+    def failures(self) -> list[MeshFailure]:
+        """Why the actors that failed here failed (until a restart replaces them)."""
+        return [
+            reason.failure
+            for reason in list(self._gone.values())
+            if isinstance(reason, SupervisionError) and isinstance(reason.failure, MeshFailure)
+        ]
+
     def unhandled(self, failure: MeshFailure) -> None:
         """A failure reached the root: the world's unhandled-fault hook decides (exactly once)."""
         hook = fault_hook(self.world)
@@ -214,6 +244,8 @@ class Runtime:
 
     def close_port(self, port: int) -> None:
         self._ports.pop(port, None)
+        if self.observer is not None:
+            self.observer.port_closed(self, port)
 
     def waits(self) -> list[Wait]:
         """The calls that actors of this proc wait on (to name a deadlock)."""

@@ -205,6 +205,10 @@ class World(ABC):
     def root(self) -> Runtime:
         """The runtime of the proc this OS process's main code belongs to."""
 
+    def live_workers(self) -> list[str]:
+        """The live worker procs of every host (as ``faults.workers`` reports them)."""
+        return [p for host in self.hosts() for p in self.faults.workers(host)]
+
     def local_runtimes(self) -> list[Runtime]:
         """The runtimes of the procs living in this OS process (they record into `trace`)."""
         return [self.root]

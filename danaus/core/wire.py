@@ -32,8 +32,12 @@ class PortRef(msgspec.Struct, frozen=True, array_like=True):
     port: int
 
 
-class Call(msgspec.Struct, tag="call", array_like=True):
-    """Run endpoint ``method`` of the actor ``actor`` on the receiving proc."""
+class Call(msgspec.Struct, tag="call", array_like=True, omit_defaults=True):
+    """Run endpoint ``method`` of the actor ``actor`` on the receiving proc.
+
+    ``carried`` is what instrumentation passes from caller to callee (an
+    OpenTelemetry span context); absent from the frame when instrumentation is off.
+    """
 
     actor: str
     method: str
@@ -43,6 +47,7 @@ class Call(msgspec.Struct, tag="call", array_like=True):
     sizes: tuple[int, ...]
     sender: str
     seq: int
+    carried: dict[str, str] | None = None
 
     def validate(self) -> None:
         if len(self.labels) != len(self.sizes) or any(s < 1 for s in self.sizes):

@@ -6,7 +6,13 @@ import ipaddress
 from typing import Any
 
 from danaus.transports.tcp.limits import Limits
-from danaus.transports.tcp.world import BIND_HOST, HEARTBEAT_INTERVAL, HEARTBEAT_TIMEOUT, TcpWorld
+from danaus.transports.tcp.world import (
+    ADMIN_HOST,
+    BIND_HOST,
+    HEARTBEAT_INTERVAL,
+    HEARTBEAT_TIMEOUT,
+    TcpWorld,
+)
 
 __all__ = ["TcpWorld", "World", "configured", "create_world"]
 
@@ -18,8 +24,10 @@ def configured(
     heartbeat_interval: float = HEARTBEAT_INTERVAL,
     heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
     bind_host: str = BIND_HOST,
-    trace: bool = False,
+    trace: bool | str | None = None,
     encrypt: bool = True,
+    admin: bool = True,
+    admin_host: str = ADMIN_HOST,
     max_message_bytes: int | None = None,
     frame_bytes: int | None = None,
     handshake_timeout: float | None = None,
@@ -30,6 +38,9 @@ def configured(
 
     The limits (``max_message_bytes`` and the rest) are described in
     `danaus.transports.tcp.limits`; None takes them from the environment.
+    ``trace`` (True, or a file to write at shutdown; None: ``DANAUS_TRACE``)
+    is described in `danaus.tracing`, ``admin`` and ``admin_host`` in
+    `danaus.transports.tcp.admin`.
     """
     if heartbeat_interval <= 0 or heartbeat_timeout <= heartbeat_interval:
         raise ValueError("need 0 < heartbeat_interval < heartbeat_timeout")

@@ -24,6 +24,7 @@ from typing import IO, TYPE_CHECKING, TypeVar
 import msgspec
 
 from danaus.core.transport import Launcher, ProcLoss, ProcSpec
+from danaus.progress import Progress
 from danaus.transports.tcp import control
 from danaus.transports.tcp.bootstrap import Bootstrap
 from danaus.transports.tcp.ioloop import Settle, settler
@@ -63,10 +64,13 @@ class LocalLauncher(Launcher):
     async def launch(self, specs: Sequence[ProcSpec]) -> None:
         _check_process_limit(len(specs))
         waits = self._each_on_io(self._start, specs)
-        try:
-            await asyncio.wait_for(asyncio.gather(*waits), STARTUP_TIMEOUT)
-        except asyncio.TimeoutError:
-            raise RuntimeError(f"procs did not start within {STARTUP_TIMEOUT:g} s") from None
+        with Progress(f"starting {len(specs)} procs", len(specs)) as progress:
+            for wait in waits:
+                wait.add_done_callback(lambda _: progress.advance())
+            try:
+                await asyncio.wait_for(asyncio.gather(*waits), STARTUP_TIMEOUT)
+            except asyncio.TimeoutError:
+                raise RuntimeError(f"procs did not start within {STARTUP_TIMEOUT:g} s") from None
 
     async def stop(self, procs: Sequence[str], timeout: float) -> None:
         waits = self._each_on_io(self._ask_exit, procs)

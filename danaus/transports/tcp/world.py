@@ -24,13 +24,17 @@ from typing import NoReturn, TypeVar
 
 import zmq
 
+from danaus import tracing
+from danaus.admin.service import AdminService
 from danaus.core.agents import HOST_AGENT, PROC_AGENT, HostAgent, ProcAgent
 from danaus.core.blocking import ActorThread
 from danaus.core.owned import STOP_TIMEOUT
 from danaus.core.runtime import Runtime, cancel_leftover_tasks
 from danaus.core.trace import Trace
 from danaus.core.transport import ActorRunner, World
+from danaus.debug import hook
 from danaus.transports.tcp import control
+from danaus.transports.tcp.admin import AdminSocket
 from danaus.transports.tcp.bootstrap import Bootstrap
 from danaus.transports.tcp.directory import Directory
 from danaus.transports.tcp.faults import SignalFaults
@@ -49,6 +53,10 @@ HEARTBEAT_INTERVAL = 0.5
 HEARTBEAT_TIMEOUT = 3.0
 BIND_HOST = "127.0.0.1"
 """Jobs on one host listen on loopback only."""
+ADMIN_HOST = "127.0.0.1"
+"""The admin socket (`danaus top`, `danaus debug`) listens on loopback unless configured."""
+TRACE_TIMEOUT = 5.0
+"""How long a controller writing its trace at shutdown waits for each proc's events."""
 
 
 class TcpWorld(World):
@@ -106,6 +114,12 @@ class TcpWorld(World):
         self._loop_thread: threading.Thread | None = None
         self._closed = False
         self._last_ping = time.monotonic()
+        self.admin: AdminService | None = None
+        """What `danaus top` and `danaus debug` ask (the controller only)."""
+        self.admin_socket: AdminSocket | None = None
+        self.trace_file: str | None = None
+        """Where the controller writes the job's trace when it shuts down."""
+        hook.install()
 
     # ---- making worlds ----------------------------------------------------------------
 
@@ -115,14 +129,20 @@ class TcpWorld(World):
         heartbeat_interval: float = HEARTBEAT_INTERVAL,
         heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
         bind_host: str = BIND_HOST,
-        trace: bool = False,
+        trace: bool | str | None = None,
         encrypt: bool = True,
+        admin: bool = True,
+        admin_host: str = ADMIN_HOST,
         **limits: float | None,
     ) -> TcpWorld:
         """The controller's world: the root proc, the directory, and this host's agent.
 
-        ``limits`` are the options of `Limits.from_options`.
+        ``trace``: True records the job's events, a path also writes them there
+        at shutdown (`danaus.tracing`). ``admin``: serve `danaus top` and
+        `danaus debug` on ``admin_host``. ``limits`` are the options of
+        `Limits.from_options`.
         """
+        trace_file = tracing.destination(trace)
         world = cls(
             proc_id=ROOT,
             host=socket.gethostname(),
@@ -132,8 +152,11 @@ class TcpWorld(World):
             heartbeat_timeout=heartbeat_timeout,
             bind_host=bind_host,
             limits=Limits.from_options(**limits),
-            trace=trace,
+            trace=bool(trace) or trace_file is not None,
         )
+        world.trace_file = trace_file
+        if admin:
+            world.admin_socket = AdminSocket(world, admin_host)
         world.directory = Directory(
             world.transport.send_control,
             world.io,
@@ -151,6 +174,9 @@ class TcpWorld(World):
         world._runtime = world._on_loop(
             lambda: world._make_runtime({PROC_AGENT: ProcAgent, HOST_AGENT: HostAgent})
         )
+        world.admin = AdminService(world)
+        if world.admin_socket is not None:
+            world.admin_socket.publish()
         return world
 
     @classmethod
@@ -251,6 +277,10 @@ class TcpWorld(World):
             stopping.result(timeout=2 * STOP_TIMEOUT)
         except Exception as exc:
             log.error("stopping meshes at shutdown failed: %r", exc)
+        if self.trace_file is not None:
+            self._write_trace(self.trace_file)
+        if self.admin_socket is not None:
+            self.admin_socket.close()
         self._stop_children()
         try:
             asyncio.run_coroutine_threadsafe(self._close_runtime(), self.loop).result(timeout=5)
@@ -261,6 +291,17 @@ class TcpWorld(World):
         self.io.stop()
         for context in self.contexts:
             context.destroy(linger=0)
+
+    def _write_trace(self, path: str) -> None:
+        """Gather the events of the procs still alive and write the job's trace to ``path``."""
+        try:
+            gathering = tracing.gather_events(self, TRACE_TIMEOUT)
+            events = asyncio.run_coroutine_threadsafe(gathering, self.loop).result()
+            tracing.write(events, path)
+        except Exception as exc:
+            log.error("writing the trace to %s failed: %r", path, exc)
+        else:
+            log.info("wrote %d trace events to %s", len(events), path)
 
     def _stop_children(self) -> None:
         done = threading.Event()
@@ -283,6 +324,11 @@ class TcpWorld(World):
 
     def abort(self, status: int) -> NoReturn:
         """End the controller at once: kill every worker, then exit with ``status``."""
+        if self.admin_socket is not None:
+            self.admin_socket.close()
+        if self.trace_file is not None:
+            with contextlib.suppress(Exception):
+                tracing.write(self.trace.events, self.trace_file)
         if self._loop_thread is not None:
             self._stop_children()
         _flush()
