@@ -7,6 +7,8 @@ nothing, with one exception: under ``DANAUS_TRANSPORT=sim`` it routes
 ``asyncio.run`` to the simulator, since asyncio offers no later hook for that.
 """
 
+import copyreg as _copyreg
+import importlib as _importlib
 import os as _os
 import sys as _sys
 import types as _types
@@ -89,13 +91,14 @@ class _Danaus(_types.ModuleType):
 
     def __getattr__(self, name: str) -> object:
         if name in _SUBMODULES:
-            import importlib
-
-            return importlib.import_module(f"danaus.{name}")
+            return _importlib.import_module(f"danaus.{name}")
         raise AttributeError(f"module 'danaus' has no attribute {name!r}")
 
 
 _sys.modules[__name__].__class__ = _Danaus
+# cloudpickle, which carries __main__'s functions to workers, pickles plain modules by
+# name but does not know a module of a subclass: tell pickle to do the same for it.
+_copyreg.pickle(_Danaus, lambda module: (_importlib.import_module, (module.__name__,)))
 
 if _os.environ.get("DANAUS_TRANSPORT") == "sim":
     from danaus.transports.sim import route_asyncio_run as _route_asyncio_run
