@@ -25,6 +25,7 @@ from pathlib import Path
 import danaus.sim
 from danaus import Actor, current_rank, endpoint, hosts
 from danaus.chaos import run_seeds
+from danaus.core.trace import Received
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,7 +57,7 @@ def measure(procs: int, rounds: int) -> dict:
     start = time.perf_counter()
     run = danaus.sim.run(main, hosts=host_count, seed=0)
     wall = time.perf_counter() - start
-    delivered = sum(1 for e in run.trace.events if e["kind"] == "recv")
+    delivered = sum(1 for e in run.trace.events if isinstance(e, Received))
     round_messages = 2 * run.value
     return {
         "benchmark": "sim_broadcast_gather",
@@ -81,7 +82,7 @@ def measure_chaos(seeds: int) -> dict:
     start = time.perf_counter()
     outcomes = run_seeds(scenario, range(seeds))
     wall = time.perf_counter() - start
-    simulated = sum(o.trace.events[-1]["t"] for o in outcomes if o.trace.events)
+    simulated = sum(o.trace.events[-1].t for o in outcomes if o.trace.events)
     return {
         "benchmark": "chaos_training",
         "seeds": seeds,

@@ -1,11 +1,19 @@
 """Danaus: single-controller distributed programs on meshes of actors.
 
-Everything users need is importable from here (and from ``danaus.sim`` and
-``danaus.rdma``); the modules under ``danaus.core`` are the implementation.
+Everything users need is importable from here (and from ``danaus.sim``,
+``danaus.rdma`` and ``danaus.chaos``); the modules under ``danaus.core`` are
+the implementation. Importing this package makes no world and configures
+nothing, with one exception: under ``DANAUS_TRANSPORT=sim`` it routes
+``asyncio.run`` to the simulator, since asyncio offers no later hook for that.
 """
 
+import copyreg as _copyreg
+import importlib as _importlib
 import os as _os
+import sys as _sys
+import types as _types
 
+from danaus.core import config as _config
 from danaus.core.actor import Actor, endpoint
 from danaus.core.config import configure, shutdown
 from danaus.core.context import Context, context, current_rank, current_size
@@ -23,7 +31,6 @@ from danaus.core.mesh import ActorMesh, HostMesh, ProcMesh, hosts, this_host, th
 from danaus.core.ports import Channel, Port, PortReceiver
 from danaus.core.shape import Extent, Point, Shape
 from danaus.core.supervision import MeshFailure, RestartPolicy
-from danaus.core.supervision import default_unhandled_fault_hook as unhandled_fault_hook
 from danaus.core.value_mesh import ValueMesh
 
 __all__ = [
@@ -63,16 +70,37 @@ __all__ = [
     "unhandled_fault_hook",
 ]
 
-_SUBMODULES = ("sim", "rdma", "chaos", "tensor")
+_SUBMODULES = ("sim", "rdma", "chaos")
 
 
-def __getattr__(name: str) -> object:
-    if name in _SUBMODULES:
-        import importlib
+class _Danaus(_types.ModuleType):
+    """The package's module: ``unhandled_fault_hook`` is a process setting kept by the config."""
 
-        return importlib.import_module(f"danaus.{name}")
-    raise AttributeError(f"module 'danaus' has no attribute {name!r}")
+    @property
+    def unhandled_fault_hook(self) -> object:
+        """Called in the controller for each failure that reaches it unhandled.
 
+        Replace it by assignment (``danaus.unhandled_fault_hook = my_hook``). The
+        default prints a report and ends the controller with status 1.
+        """
+        return _config.user_fault_hook()
+
+    @unhandled_fault_hook.setter
+    def unhandled_fault_hook(self, hook: object) -> None:
+        _config.set_user_fault_hook(hook)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> object:
+        if name in _SUBMODULES:
+            return _importlib.import_module(f"danaus.{name}")
+        raise AttributeError(f"module 'danaus' has no attribute {name!r}")
+
+
+_sys.modules[__name__].__class__ = _Danaus
+# cloudpickle, which carries __main__'s functions to workers, pickles plain modules by
+# name but does not know a module of a subclass: tell pickle to do the same for it.
+_copyreg.pickle(_Danaus, lambda module: (_importlib.import_module, (module.__name__,)))
 
 if _os.environ.get("DANAUS_TRANSPORT") == "sim":
-    configure("sim")
+    from danaus.transports.sim import route_asyncio_run as _route_asyncio_run
+
+    _route_asyncio_run()

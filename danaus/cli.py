@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
+import runpy
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -47,6 +49,54 @@ def _sim(args: argparse.Namespace) -> int:
     return 0
 
 
+def _job(selector: str | None) -> Any:
+    from danaus.admin import jobfile
+
+    try:
+        return jobfile.find(selector)
+    except (LookupError, PermissionError, ValueError) as exc:
+        raise SystemExit(str(exc)) from None
+
+
+def _top(args: argparse.Namespace) -> int:
+    from danaus.admin.protocol import Snapshot
+    from danaus.transports.tcp.admin import AdminClient
+
+    try:
+        from danaus.admin.top import TopApp
+    except ImportError as exc:
+        raise SystemExit(f"danaus top needs textual ({exc}): pip install 'danaus[top]'") from None
+
+    with AdminClient(_job(args.job)) as client:
+        TopApp(lambda: client.ask(Snapshot(), timeout=10), interval=args.interval).run()
+    return 0
+
+
+def _debug(args: argparse.Namespace) -> int:
+    from danaus.debug.repl import DebugRepl
+    from danaus.transports.tcp.admin import AdminClient
+
+    with AdminClient(_job(args.job)) as client:
+        return DebugRepl(client).run()
+
+
+def _run(args: argparse.Namespace) -> int:
+    import danaus
+    from danaus.tracing import ENVIRONMENT
+
+    if args.trace:
+        os.environ[ENVIRONMENT] = os.path.abspath(args.trace)
+    sys.argv = [args.script, *args.args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
+    try:
+        runpy.run_path(args.script, run_name="__main__")
+    finally:
+        danaus.shutdown()
+    if args.trace:
+        print(f"trace: {args.trace}", file=sys.stderr)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="danaus", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -58,6 +108,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--trace", help="write the trace as JSON lines to this file")
     sim.set_defaults(handler=_sim)
+    run = commands.add_parser("run", help="run a controller script (optionally tracing it)")
+    run.add_argument("script", help="the controller script")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
+    run.add_argument(
+        "--trace", metavar="FILE", help="record every proc's events and write them here at exit "
+        "(Perfetto JSON; JSON lines if FILE ends in .jsonl)"
+    )
+    run.set_defaults(handler=_run)
+    top = commands.add_parser("top", help="watch a running job: procs, actors, failures")
+    top.add_argument("job", nargs="?", help="the controller's pid or job file (default: newest)")
+    top.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
+    top.set_defaults(handler=_top)
+    debug = commands.add_parser(
+        "debug", help="attach to ranks of a running job stopped at breakpoint()"
+    )
+    debug.add_argument("job", nargs="?", help="the controller's pid or job file (default: newest)")
+    debug.set_defaults(handler=_debug)
     from danaus.chaos.cli import add_commands
 
     add_commands(commands, load)

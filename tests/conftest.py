@@ -5,9 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
 import danaus
 from danaus.core.supervision import default_unhandled_fault_hook
+
+# No test may depend on the machine's speed: hypothesis's 200 ms deadline per
+# example does, on a loaded machine.
+settings.register_profile("danaus", deadline=None)
+settings.load_profile("danaus")
 
 
 @pytest.fixture(autouse=True)

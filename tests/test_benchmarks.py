@@ -87,3 +87,22 @@ def test_sim_scale_small() -> None:
     assert chaos["faults"] > 0 and chaos["failed_seeds"] == 0
     for key in ("seeds_per_wall_minute", "simulated_s_per_wall_s", "simulated_s"):
         assert chaos[key] > 0, (key, chaos)
+
+
+def test_large_argument_small() -> None:
+    """An 8 MiB argument (chunked at the default 4 MiB frames) and the heartbeat silence."""
+    [row] = run_benchmark("large_argument.py", "--size", "8", "--runs", "1")
+    assert row["benchmark"] == "large_argument" and row["procs_alive_after"] == 2
+    assert row["median_s"] > 0 and 0 < row["longest_heartbeat_silence_s"] < 3
+
+
+def test_top_overhead_small() -> None:
+    """A few procs watched for a second: a snapshot's cost and the slowdown, as promised."""
+    [row] = run_benchmark(
+        "top_overhead.py", "--procs", "3", "--seconds", "1", "--rounds", "1", "--snapshots", "5"
+    )
+    assert row["benchmark"] == "top_overhead" and row["procs_in_snapshot"] == 4
+    assert row["snapshots"] >= 1 and 0 < row["snapshot_gather_s"]["max"] < 1
+    assert row["job_cpu_ms_per_snapshot"]["median"] > 0
+    for key in ("plain_rounds_per_s", "watched_rounds_per_s"):
+        assert row[key]["median"] > 0, (key, row)

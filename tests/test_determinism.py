@@ -33,8 +33,8 @@ def test_same_seed_same_trace():
     second = danaus.sim.run(main, hosts=3, seed=7)
     assert first.value == second.value == {"total": 24, "reports": [6] * 6}
     assert len(first.trace) > 300
-    kinds = {e["kind"] for e in first.trace.events}
-    assert {"send", "recv", "spawn", "stop", "boot"} <= kinds
+    kinds = {e.kind for e in first.trace.events}
+    assert {"send-call", "send-reply", "recv-call", "recv-reply", "spawn", "stop", "boot"} <= kinds
     assert list(first.trace.lines()) == list(second.trace.lines())
     assert first.digest == second.digest
 

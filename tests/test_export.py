@@ -19,7 +19,8 @@ from danaus.chaos.export import (
     write_html,
     write_perfetto,
 )
-from danaus.chaos.nemesis import FAULT_EVENTS
+from danaus.core import trace as ev
+from danaus.core.trace import FAULT_EVENTS
 from tests.programs.mixed_workload import main
 
 VOID = {"meta", "br", "hr", "img", "input", "link"}
@@ -40,19 +41,21 @@ def events(request) -> list[dict]:
 
 
 def received(events: list[dict]) -> int:
-    return sum(e["kind"] == "recv" for e in events)
+    return sum(isinstance(e, ev.Received) for e in events)
 
 
 def all_procs(events: list[dict]) -> set[str]:
-    return {e["proc"] for e in events} | {e["dst"] for e in events if e["kind"] == "send"}
+    return {e.proc for e in events} | {e.dst for e in events if isinstance(e, ev.Sent)}
 
 
 def test_the_chaos_trace_has_what_the_exports_show():
     events = buggy_kv_seed_26()
-    kinds = Counter(e["kind"] for e in events)
-    assert kinds["fault"] == 4 and kinds["heal"] == 3 and kinds["fault-skipped"] == 1
-    assert kinds["down"] and kinds["lost"] and kinds["failure"]
-    assert kinds["send"] > kinds["recv"]  # messages to the crashed proc at shutdown
+    kinds = Counter(type(e) for e in events)
+    assert kinds[ev.FaultApplied] == 4 and kinds[ev.FaultHealed] == 3
+    assert kinds[ev.FaultSkipped] == 1
+    assert kinds[ev.Down] and kinds[ev.Lost] and kinds[ev.Failure]
+    sent = sum(isinstance(e, ev.Sent) for e in events)
+    assert sent > received(events)  # messages to the crashed proc at shutdown
 
 
 def test_perfetto_json(events):
@@ -88,11 +91,11 @@ def test_perfetto_json(events):
         if e["ph"] in "sf":
             assert any(s["ts"] < e["ts"] < s["ts"] + s["dur"] for s in slices[e["tid"]])
 
-    faults = [e for e in events if e["kind"] in FAULT_EVENTS]
+    faults = [e for e in events if isinstance(e, FAULT_EVENTS)]
     instants = [e for e in out if e["ph"] == "i" and e["s"] == "g"]
     assert len(instants) == len(faults)
     for fault, instant in zip(faults, instants):
-        assert fault["fault"] in instant["name"]
+        assert fault.fault in instant["name"]
         assert names[instant["tid"]] == "nemesis"
     markers = {e["cat"] for e in out if e["ph"] == "i" and e["s"] == "t"}
     assert {"down", "spawn", "stop"} <= markers
@@ -150,8 +153,8 @@ def test_html_sequence_diagram(events, cap):
     arrows = page.with_class("g", "msg")
     assert len(arrows) == min(cap, received(events))
     assert ("messages are drawn" in text) == (received(events) > cap)
-    for fault in (e for e in events if e["kind"] in FAULT_EVENTS):
-        assert fault["fault"] in text
+    for fault in (e for e in events if isinstance(e, FAULT_EVENTS)):
+        assert fault.fault in text
 
 
 def test_html_shows_faults_and_failures():
@@ -168,13 +171,13 @@ def test_html_shows_faults_and_failures():
 
 def test_a_key_reused_after_a_restart_matches_in_order():
     """A restarted actor keeps its id and counts seq from 0 again."""
-    send = {"kind": "send", "proc": "root:1.0", "src": "m/w[0]", "seq": 0, "dst": "root"}
-    recv = {"kind": "recv", "proc": "root", "src": "m/w[0]", "seq": 0, "port": 3}
+    send = {"proc": "root:1.0", "src": "m/w[0]", "seq": 0, "dst": "root", "port": 3, "bytes": 1}
+    recv = {"proc": "root", "src": "m/w[0]", "seq": 0, "port": 3}
     events = [
-        {"t": 0.0, **send, "port": 3, "error": False, "bytes": 1},
-        {"t": 0.1, **recv},
-        {"t": 0.2, **send, "port": 3, "error": True, "bytes": 1},
-        {"t": 0.3, **recv},
+        ev.ReplySent(t=0.0, **send, error=False),
+        ev.ReplyReceived(t=0.1, **recv),
+        ev.ReplySent(t=0.2, **send, error=True),
+        ev.ReplyReceived(t=0.3, **recv),
     ]
     flows = [e for e in to_perfetto(events)["traceEvents"] if e["ph"] in "sf"]
     assert [(e["ph"], e["id"], e["name"], e["ts"]) for e in flows] == [

@@ -27,3 +27,14 @@ def test_large_bytes_go_out_of_band_unless_deep_in_a_long_container(value, out_o
     assert len(frames) - 1 == out_of_band
     assert loads(frames) == value
     assert type(loads(frames)) is type(value)
+
+
+def test_the_package_itself_pickles_by_name():
+    """Code defined in ``__main__`` travels by value and may refer to ``danaus`` itself."""
+    import pickle
+
+    import cloudpickle
+
+    import danaus
+
+    assert pickle.loads(cloudpickle.dumps(danaus)) is danaus

@@ -7,6 +7,8 @@
   owner is gone or stopped watching.
 * `liveness`: once faults have healed and the cluster has settled, no call is
   still waiting for an answer.
+* `waits_on_failed`: no call is still waiting on an actor that failed (it must
+  have ended with an error).
 * `survivors`: every actor that neither failed nor stopped still answers.
 
 The first two read only the trace, so they work on any transport that traces.
@@ -20,14 +22,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from danaus.core import trace as ev
 from danaus.core.actor import Actor, endpoints_of
 from danaus.core.endpoint import Endpoint
 from danaus.core.errors import MeshStoppedError, SupervisionError
 from danaus.core.mesh import ActorMesh, agent_of
 from danaus.core.runtime import Runtime
 from danaus.core.shape import Shape
-
-Event = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -41,52 +42,52 @@ class Violation:
         return f"[{self.checker}] {self.message}"
 
 
-def _downs(events: Sequence[Event]) -> dict[str, float]:
+def _downs(events: Sequence[ev.Event]) -> dict[str, float]:
     """When each proc was first known to be gone."""
     down: dict[str, float] = {}
     for e in events:
-        if e["kind"] == "down":
-            down.setdefault(e["proc"], e["t"])
-        elif e["kind"] == "lost":
-            down.setdefault(e["peer"], e["t"])
+        if isinstance(e, ev.Down):
+            down.setdefault(e.proc, e.t)
+        elif isinstance(e, ev.Lost):
+            down.setdefault(e.peer, e.t)
     return down
 
 
-def delivery(events: Sequence[Event]) -> list[Violation]:
+def delivery(events: Sequence[ev.Event]) -> list[Violation]:
     """FIFO and exactly-once delivery between procs, from the trace."""
     down = _downs(events)
-    known_senders = {e["src"] for e in events if e["kind"] == "send"}
+    known_senders = {e.src for e in events if isinstance(e, ev.Sent)}
     sends: dict[tuple[str, int, str], tuple[float, str]] = {}
     received: dict[tuple[str, int, str], int] = defaultdict(int)
     last_seq: dict[tuple[str, str], int] = {}
     found: list[Violation] = []
     for e in events:
-        if e["kind"] == "send":
-            sends[(e["src"], e["seq"], e["dst"])] = (e["t"], e["proc"])
-        elif e["kind"] == "recv":
-            key = (e["src"], e["seq"], e["proc"])
+        if isinstance(e, ev.Sent):
+            sends[(e.src, e.seq, e.dst)] = (e.t, e.proc)
+        elif isinstance(e, ev.Received):
+            key = (e.src, e.seq, e.proc)
             received[key] += 1
             if received[key] == 2:
                 found.append(Violation("delivery", f"message {key} delivered twice"))
-            if key not in sends and e["src"] in known_senders:
+            if key not in sends and e.src in known_senders:
                 found.append(Violation("delivery", f"message {key} delivered but never sent"))
-            pair = (e["src"], e["proc"])
+            pair = (e.src, e.proc)
             previous = last_seq.get(pair)
-            if previous is not None and e["seq"] < previous:
+            if previous is not None and e.seq < previous:
                 found.append(
                     Violation(
                         "delivery",
-                        f"{e['src']} -> {e['proc']}: seq {e['seq']} arrived after seq {previous}",
+                        f"{e.src} -> {e.proc}: seq {e.seq} arrived after seq {previous}",
                     )
                 )
-            last_seq[pair] = e["seq"] if previous is None else max(previous, e["seq"])
+            last_seq[pair] = e.seq if previous is None else max(previous, e.seq)
     for key, (_, sender) in sends.items():
         if not received.get(key) and key[2] not in down and sender not in down:
             found.append(Violation("delivery", f"message {key} sent but never delivered"))
     return found
 
 
-def reported_once(events: Sequence[Event]) -> list[Violation]:
+def reported_once(events: Sequence[ev.Event]) -> list[Violation]:
     """Each failed member reported to its owner once per incarnation, from the trace."""
     members: dict[str, tuple[str, int]] = {}
     where: dict[tuple[str, int], str] = {}
@@ -109,37 +110,41 @@ def reported_once(events: Sequence[Event]) -> list[Violation]:
             if not owner_gone(member[0]):
                 expected.setdefault(member, why)
 
+    def proc_gone(proc: str, reason: str) -> None:
+        gone_procs.add(proc)
+        for member in [m for m in alive if where.get(m) == proc]:
+            member_failed(member, f"proc {proc} {reason}")
+
     for e in events:
-        kind = e["kind"]
-        if kind == "spawn":
-            member = (e["mesh"], e["rank"])
-            members[e["actor"]] = member
-            where[member] = e["proc"]
-            creator[e["mesh"]] = (e["owner"], e.get("creator", ""))
-            alive.add(member)
-        elif kind == "stop":
-            gone_actors.add(e["actor"])
-            alive.discard(members.get(e["actor"], ("", -1)))
-        elif kind == "fail":
-            gone_actors.add(e["actor"])
-            if e["actor"] in members:
-                member_failed(members[e["actor"]], e.get("cause", "failed"))
-        elif kind in ("down", "lost"):
-            proc = e["proc"] if kind == "down" else e["peer"]
-            gone_procs.add(proc)
-            for member in [m for m in alive if where.get(m) == proc]:
-                member_failed(member, f"proc {proc} {e['reason']}")
-        elif kind == "release":
-            released.add(e["mesh"])
-        elif kind == "failure":
-            member = (e["mesh"], e["rank"])
-            reports[member] += 1
-            if reports[member] == 2:
-                found.append(Violation("reported_once", f"member {member} reported twice"))
-        elif kind == "restart":
-            for rank in e["ranks"]:
-                reports.pop((e["mesh"], rank), None)
-                expected.pop((e["mesh"], rank), None)
+        match e:
+            case ev.Spawn():
+                member = (e.mesh, e.rank)
+                members[e.actor] = member
+                where[member] = e.proc
+                creator[e.mesh] = (e.owner, e.creator or "")
+                alive.add(member)
+            case ev.Stop():
+                gone_actors.add(e.actor)
+                alive.discard(members.get(e.actor, ("", -1)))
+            case ev.Fail():
+                gone_actors.add(e.actor)
+                if e.actor in members:
+                    member_failed(members[e.actor], e.cause)
+            case ev.Down():
+                proc_gone(e.proc, e.reason)
+            case ev.Lost():
+                proc_gone(e.peer, e.reason)
+            case ev.Release():
+                released.add(e.mesh)
+            case ev.Failure():
+                member = (e.mesh, e.rank)
+                reports[member] += 1
+                if reports[member] == 2:
+                    found.append(Violation("reported_once", f"member {member} reported twice"))
+            case ev.Restart():
+                for rank in e.ranks:
+                    reports.pop((e.mesh, rank), None)
+                    expected.pop((e.mesh, rank), None)
     for member, why in expected.items():
         if not reports.get(member) and not owner_gone(member[0]):
             found.append(Violation("reported_once", f"member {member} failed ({why}) unreported"))
@@ -154,6 +159,25 @@ def liveness(runtimes: Iterable[Runtime]) -> list[Violation]:
             found.append(
                 Violation("liveness", f"a call from {runtime.proc_id} still waits on {waiting}")
             )
+    return found
+
+
+def waits_on_failed(runtimes: Iterable[Runtime], events: Sequence[ev.Event]) -> list[Violation]:
+    """Calls still waiting on an actor that failed: they should have ended with an error."""
+    failed = {(e.proc, e.actor.rsplit("/", 1)[0]): e for e in events if isinstance(e, ev.Fail)}
+    found = []
+    for runtime in runtimes:
+        for wait in runtime.waits():
+            for target in wait.targets:
+                failure = failed.get(target)
+                if failure is not None:
+                    found.append(
+                        Violation(
+                            "waits_on_failed",
+                            f"{wait.waiter.actor_id}'s call of {wait.method} still waits on "
+                            f"{failure.actor}, which failed at {failure.t:.6f} s: {failure.cause}",
+                        )
+                    )
     return found
 
 

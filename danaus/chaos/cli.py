@@ -21,6 +21,7 @@ from danaus.chaos.runner import (
     shrink,
 )
 from danaus.chaos.scenario import Scenario
+from danaus.progress import wanted
 
 
 def add_commands(commands: Any, load: Callable[[str], Any]) -> None:
@@ -95,7 +96,8 @@ def _run(args: argparse.Namespace, load: Callable[[str], Any]) -> int:
         TextColumn("failed: {task.fields[failed]}"),
         TimeRemainingColumn(),
     )
-    with Progress(*columns, console=console, disable=args.quiet, transient=True) as progress:
+    shown = not args.quiet and wanted(console.file)
+    with Progress(*columns, console=console, disable=not shown, transient=True) as progress:
         task = progress.add_task(scenario.name, total=len(seeds), failed=0)
 
         def advance(outcome: Outcome) -> None:

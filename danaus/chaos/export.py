@@ -20,17 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from danaus.chaos.nemesis import FAULT_EVENTS, NEMESIS
-from danaus.transports.sim.world import ROOT
-
-Event = dict[str, Any]
-
-BASE = ("t", "kind", "proc")
+from danaus.chaos.nemesis import NEMESIS
+from danaus.core import trace as ev
+from danaus.core.trace import FAULT_EVENTS, Event
+from danaus.core.transport import ROOT
 
 
 def _named(e: Event) -> tuple[str, ...]:
     """The procs an event involves: its own, and a send's destination."""
-    return (e["proc"], e["dst"]) if e["kind"] == "send" else (e["proc"],)
+    return (e.proc, e.dst) if isinstance(e, ev.Sent) else (e.proc,)
 
 
 def procs(events: Sequence[Event]) -> list[str]:
@@ -39,7 +37,7 @@ def procs(events: Sequence[Event]) -> list[str]:
     The nemesis is not a proc: its faults concern the whole cluster.
     """
     seen = dict.fromkeys(p for e in events for p in _named(e) if p != NEMESIS)
-    hosts = {e["host"] for e in events if e["kind"] == "boot"}
+    hosts = {e.host for e in events if isinstance(e, ev.Boot)}
     return sorted(seen, key=lambda p: (p != ROOT, p not in hosts))
 
 
@@ -53,36 +51,38 @@ def _messages(events: Sequence[Event]) -> tuple[list[tuple[int, int]], list[int]
     in_flight: dict[tuple[str, int, str], deque[int]] = {}
     received: dict[int, int] = {}
     for i, e in enumerate(events):
-        if e["kind"] == "send":
-            in_flight.setdefault((e["src"], e["seq"], e["dst"]), deque()).append(i)
-        elif e["kind"] == "recv":
-            queue = in_flight.get((e["src"], e["seq"], e["proc"]))
+        if isinstance(e, ev.Sent):
+            in_flight.setdefault((e.src, e.seq, e.dst), deque()).append(i)
+        elif isinstance(e, ev.Received):
+            queue = in_flight.get((e.src, e.seq, e.proc))
             if queue:
                 received[queue.popleft()] = i
-    sends = [i for i, e in enumerate(events) if e["kind"] == "send"]
+    sends = [i for i, e in enumerate(events) if isinstance(e, ev.Sent)]
     delivered = [(i, received[i]) for i in sends if i in received]
     return delivered, [i for i in sends if i not in received]
 
 
 def _label(e: Event) -> str:
     """A message's name: the method called, or what kind of answer it is."""
-    if "method" in e:
-        return e["method"]
-    if "actor" in e:
+    if isinstance(e, ev.CallSent):
+        return e.method
+    if isinstance(e, ev.CallReceived):
         return "call"
-    if "port" in e:
-        return "error reply" if e.get("error") else "reply"
+    if isinstance(e, ev.ReplySent):
+        return "error reply" if e.error else "reply"
+    if isinstance(e, ev.ReplyReceived):
+        return "reply"
     return "failure"
 
 
 def _title(e: Event) -> str:
     """An event's kind and its first field: "down was killed", "fault t=1.2s crash ..."."""
-    detail = next((v for k, v in e.items() if k not in BASE), None)
-    return e["kind"] if detail is None else f"{e['kind']} {detail}"
+    detail = next(iter(e.fields().values()), None)
+    return e.kind if detail is None else f"{e.kind} {detail}"
 
 
 def _fields(e: Event) -> str:
-    return ", ".join(f"{k}={v}" for k, v in e.items() if k not in BASE)
+    return ", ".join(f"{k}={v}" for k, v in e.fields().items())
 
 
 # ---- Perfetto ----------------------------------------------------------------------------
@@ -106,7 +106,7 @@ def to_perfetto(events: Sequence[Event]) -> dict[str, Any]:
     may be drawn a few microseconds late. Every other event is an instant (faults,
     heals and skipped faults are global) whose args are the event's fields.
     """
-    tracks = procs(events) + ([NEMESIS] if any(e["proc"] == NEMESIS for e in events) else [])
+    tracks = procs(events) + ([NEMESIS] if any(e.proc == NEMESIS for e in events) else [])
     tid = {p: n for n, p in enumerate(tracks, 1)}
     out = [_meta("process_name", 0, {"name": "danaus"})]
     for p, n in tid.items():
@@ -124,16 +124,16 @@ def to_perfetto(events: Sequence[Event]) -> dict[str, Any]:
     free = dict.fromkeys(tid, 0.0)  # where the next slice may start on each track
     sent: dict[int, float] = {}  # a receipt's index: where its send's slice starts
     for i, e in enumerate(events):
-        place = {"ts": round(e["t"] * 1e6, 3), "pid": PID, "tid": tid[e["proc"]]}
-        args = json.loads(json.dumps({k: v for k, v in e.items() if k not in BASE}, default=str))
-        if e["kind"] not in ("send", "recv"):
-            scope = "g" if e["kind"] in FAULT_EVENTS else "t"
+        place = {"ts": round(e.t * 1e6, 3), "pid": PID, "tid": tid[e.proc]}
+        args = json.loads(json.dumps(e.fields(), default=str))
+        if not isinstance(e, (ev.Sent, ev.Received)):
+            scope = "g" if isinstance(e, FAULT_EVENTS) else "t"
             out.append(
-                {"ph": "i", "s": scope, "name": _title(e), "cat": e["kind"], **place, "args": args}
+                {"ph": "i", "s": scope, "name": _title(e), "cat": e.kind, **place, "args": args}
             )
             continue
-        place["ts"] = max(place["ts"], free[e["proc"]], sent.pop(i, 0.0))
-        free[e["proc"]] = round(place["ts"] + SLICE_US, 3)
+        place["ts"] = max(place["ts"], free[e.proc], sent.pop(i, 0.0))
+        free[e.proc] = round(place["ts"] + SLICE_US, 3)
         if i in receipt:
             sent[receipt[i]] = place["ts"]
         flow, name = flows.get(i, (0, _label(e)))
@@ -141,7 +141,7 @@ def to_perfetto(events: Sequence[Event]) -> dict[str, Any]:
             {"ph": "X", "name": name, "cat": "message", **place, "dur": SLICE_US, "args": args}
         )
         if flow:
-            ph = {"ph": "s"} if e["kind"] == "send" else {"ph": "f", "bp": "e"}
+            ph = {"ph": "s"} if isinstance(e, ev.Sent) else {"ph": "f", "bp": "e"}
             middle = round(place["ts"] + SLICE_US / 2, 3)  # inside its slice, so it binds to it
             out.append({**ph, "id": flow, "name": name, "cat": "message", **place, "ts": middle})
     return {"traceEvents": out, "displayTimeUnit": "ms"}
@@ -165,18 +165,20 @@ NOTES = 440  # room for fault descriptions, right of the lifelines
 HEAD = 40
 
 # Markers on lifelines, most serious first (a shared dot takes the first one's colour).
-MARKS = {
-    "unhandled": "#b91c1c",
-    "fail": "#dc2626",
-    "failure": "#dc2626",
-    "down": "#111827",
-    "lost": "#ea580c",
-    "pause": "#ca8a04",
-    "resume": "#ca8a04",
-    "restart": "#16a34a",
-    "spawn": "#16a34a",
-    "stop": "#6b7280",
+MARKED: dict[type[Event], str] = {
+    ev.Unhandled: "#b91c1c",
+    ev.Fail: "#dc2626",
+    ev.Failure: "#dc2626",
+    ev.Down: "#111827",
+    ev.Lost: "#ea580c",
+    ev.Pause: "#ca8a04",
+    ev.Resume: "#ca8a04",
+    ev.Restart: "#16a34a",
+    ev.Spawn: "#16a34a",
+    ev.Stop: "#6b7280",
 }
+MARKS = {kind.__struct_config__.tag: colour for kind, colour in MARKED.items()}
+"""The same colours by kind name."""
 ARROWS = {"call": "#2563eb", "reply": "#059669", "error": "#d97706", "failure": "#dc2626"}
 FAULT = "#9333ea"
 
@@ -227,13 +229,13 @@ def _faults(events: Sequence[Event]) -> list[_Fault]:
     faults: list[_Fault] = []
     unhealed: dict[str, _Fault] = {}
     for e in events:
-        if e["kind"] == "fault":
-            unhealed[e["fault"]] = _Fault(e["t"], e["fault"])
-            faults.append(unhealed[e["fault"]])
-        elif e["kind"] == "heal" and e["fault"] in unhealed:
-            unhealed.pop(e["fault"]).end = e["t"]
-        elif e["kind"] == "fault-skipped":
-            faults.append(_Fault(e["t"], e["fault"], skipped=e["why"]))
+        if isinstance(e, ev.FaultApplied):
+            unhealed[e.fault] = _Fault(e.t, e.fault)
+            faults.append(unhealed[e.fault])
+        elif isinstance(e, ev.FaultHealed) and e.fault in unhealed:
+            unhealed.pop(e.fault).end = e.t
+        elif isinstance(e, ev.FaultSkipped):
+            faults.append(_Fault(e.t, e.fault, skipped=e.why))
     return faults
 
 
@@ -301,10 +303,10 @@ def _message_layer(
         send, recv = events[s], events[r]
         label = _label(send)
         kind = "error" if label == "error reply" else label if label in ARROWS else "call"
-        x1, y1, x2, y2 = x[send["proc"]], y[send["t"]], x[recv["proc"]], y[recv["t"]]
+        x1, y1, x2, y2 = x[send.proc], y[send.t], x[recv.proc], y[recv.t]
         tip = (
-            f"{label}: {send['proc']} → {recv['proc']}\n"
-            f"sent at {send['t']:.6f} s ({_fields(send)})\nreceived at {recv['t']:.6f} s"
+            f"{label}: {send.proc} → {recv.proc}\n"
+            f"sent at {send.t:.6f} s ({_fields(send)})\nreceived at {recv.t:.6f} s"
         )
         style = f'stroke="{ARROWS[kind]}" marker-end="url(#arrow-{kind})"'
         out.append(f'<g class="msg {kind}"><title>{html.escape(tip)}</title>')
@@ -321,9 +323,10 @@ def _message_layer(
     lost = ARROWS["failure"]
     for s in undelivered:
         send = events[s]
-        x1, y1 = x[send["proc"]], y[send["t"]]
-        x2 = x1 + (30 if x[send["dst"]] >= x1 else -30)
-        tip = f"{_label(send)}: {send['proc']} → {send['dst']}, never received\n{_fields(send)}"
+        assert isinstance(send, ev.Sent)
+        x1, y1 = x[send.proc], y[send.t]
+        x2 = x1 + (30 if x[send.dst] >= x1 else -30)
+        tip = f"{_label(send)}: {send.proc} → {send.dst}, never received\n{_fields(send)}"
         out.append(
             f'<g class="undelivered"><title>{html.escape(tip)}</title><line x1="{x1}" y1="{y1}" '
             f'x2="{x2}" y2="{y1}" stroke="{lost}"/>'
@@ -336,12 +339,12 @@ def _mark_layer(marks: list[Event], x: dict[str, int], y: dict[float, int]) -> l
     """A dot (a cross for ``down``) per proc and instant with something to mark, named."""
     groups: dict[tuple[str, float], list[Event]] = {}
     for e in marks:
-        groups.setdefault((e["proc"], e["t"]), []).append(e)
+        groups.setdefault((e.proc, e.t), []).append(e)
     out = []
     for (p, t), group in groups.items():
-        kinds = list(dict.fromkeys(e["kind"] for e in group))
+        kinds = list(dict.fromkeys(e.kind for e in group))
         colour = MARKS[min(kinds, key=list(MARKS).index)]
-        tip = "\n".join([f"{p} at {t:.6f} s", *(f"{e['kind']} ({_fields(e)})" for e in group)])
+        tip = "\n".join([f"{p} at {t:.6f} s", *(f"{e.kind} ({_fields(e)})" for e in group)])
         cx, cy = x[p], y[t]
         if "down" in kinds:
             shape = (
@@ -406,26 +409,26 @@ def to_html(
     drawn = delivered[:max_messages]
     if len(drawn) < len(delivered):  # past the cap, lost messages are left out too
         undelivered = [i for i in undelivered if drawn and i < drawn[-1][0]]
-    marks = [e for e in events if e["kind"] in MARKS]
+    marks = [e for e in events if type(e) in MARKED]
     faults = _faults(events)
     lanes = procs(events)
-    host_of = {e["proc"]: e["host"] for e in events if e["kind"] == "boot"}
+    host_of = {e.proc: e.host for e in events if isinstance(e, ev.Boot)}
     first: dict[str, float] = {}
     for e in events:
         for p in _named(e):
-            first.setdefault(p, e["t"])
-    down = {e["proc"]: e["t"] for e in events if e["kind"] == "down"}
+            first.setdefault(p, e.t)
+    down = {e.proc: e.t for e in events if isinstance(e, ev.Down)}
     paused: list[tuple[str, float, float | None]] = []
     pausing: dict[str, float] = {}
     for e in events:
-        if e["kind"] == "pause":
-            pausing[e["proc"]] = e["t"]
-        elif e["kind"] in ("resume", "down") and e["proc"] in pausing:
-            paused.append((e["proc"], pausing.pop(e["proc"]), e["t"]))
+        if isinstance(e, ev.Pause):
+            pausing[e.proc] = e.t
+        elif isinstance(e, (ev.Resume, ev.Down)) and e.proc in pausing:
+            paused.append((e.proc, pausing.pop(e.proc), e.t))
     paused += [(p, t, None) for p, t in pausing.items()]
 
-    times = {events[i]["t"] for pair in drawn for i in pair}
-    times |= {events[i]["t"] for i in undelivered} | {e["t"] for e in marks}
+    times = {events[i].t for pair in drawn for i in pair}
+    times |= {events[i].t for i in undelivered} | {e.t for e in marks}
     times |= {f.start for f in faults} | {f.end for f in faults if f.end is not None}
     times |= {first[p] for p in lanes} | set(down.values())
     y, gaps, height = _rows(sorted(times))

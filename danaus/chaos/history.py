@@ -11,7 +11,8 @@ import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from danaus.core.trace import Trace
+from danaus.core.trace import HistoryRecorded, Trace
+from danaus.core.transport import ROOT
 
 
 class History:
@@ -27,7 +28,7 @@ class History:
         """Record an event of ``kind`` with ``fields`` (JSON-friendly values)."""
         event = {"t": self._clock(), "kind": kind, **fields}
         self.events.append(event)
-        self._trace.record("history", "root", event=kind, **fields)
+        self._trace.record(HistoryRecorded(proc=ROOT, event=kind, data=fields))
 
     def invoke(self, op: str, **fields: Any) -> int:
         """Record the start of operation ``op``; returns its id."""

@@ -17,12 +17,9 @@ import json
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 FaultKind = Literal[
-    "crash", "crash_host", "pause", "slow", "delay", "clog", "partition", "bandwidth", "raise"
-]
-KINDS: tuple[FaultKind, ...] = (
     "crash",
     "crash_host",
     "pause",
@@ -32,9 +29,18 @@ KINDS: tuple[FaultKind, ...] = (
     "partition",
     "bandwidth",
     "raise",
-)
-REAL_KINDS: tuple[FaultKind, ...] = ("crash", "pause")
-"""The kinds a real transport can apply too (through the launcher's signals)."""
+    "throw",
+]
+EXTRA_KINDS: tuple[FaultKind, ...] = ("throw",)
+"""Kinds a scenario opts into (``kinds = KINDS + EXTRA_KINDS``)."""
+KINDS: tuple[FaultKind, ...] = tuple(k for k in get_args(FaultKind) if k not in EXTRA_KINDS)
+"""The kinds seeds draw unless a scenario says otherwise."""
+THROWN = ("InjectedFault", "InjectedFatal", "KeyboardInterrupt", "GeneratorExit")
+"""What a drawn ``throw`` raises: an `Exception` or a `BaseException` (see `danaus.core.sites`)."""
+NETWORK_KINDS: tuple[FaultKind, ...] = ("slow", "delay", "clog", "partition", "bandwidth")
+"""The kinds that need a world in control of the network (the simulator's model)."""
+SITE_KINDS: tuple[FaultKind, ...] = ("raise", "throw")
+"""The kinds that need fault sites in every proc (the simulator, where all procs are local)."""
 INSTANT_KINDS: tuple[FaultKind, ...] = ("crash", "crash_host")
 """The kinds that have no duration: nothing comes back to heal."""
 AMOUNTS: dict[FaultKind, tuple[float, float]] = {
@@ -49,11 +55,12 @@ AMOUNTS: dict[FaultKind, tuple[float, float]] = {
 def usable_kinds(
     kinds: Sequence[FaultKind], hosts: int, endpoints: Sequence[tuple[str, str]]
 ) -> list[FaultKind]:
-    """The ``kinds`` that have a target: ``raise`` needs endpoints, links need two hosts."""
+    """The ``kinds`` that have a target: endpoint faults need endpoints, links two hosts."""
     return [
         k
         for k in kinds
-        if (k != "raise" or endpoints) and (hosts > 1 or k not in ("delay", "clog", "partition"))
+        if (k not in ("raise", "throw") or endpoints)
+        and (hosts > 1 or k not in ("delay", "clog", "partition"))
     ]
 
 
@@ -69,11 +76,13 @@ class Fault:
     * delay, clog: ``(host_a, host_b)``, both directions;
     * partition: the hosts on one side; with ``one_way`` only their sending
       to the other side is cut;
-    * raise: ``(mesh_name, endpoint)``: calls there raise ``InjectedFault``.
+    * raise: ``(mesh_name, endpoint)``: calls there raise ``InjectedFault``;
+    * throw: ``(mesh_name, endpoint)``: the call number ``amount`` there (counted
+      from when the fault applies) raises ``error``, one of `THROWN`.
 
     ``amount`` is the fault's strength: the pause's length is ``duration``; for
     slow and delay, added seconds per message; for bandwidth, the remaining
-    fraction; for raise, the probability per call.
+    fraction; for raise, the probability per call; for throw, which call.
     """
 
     at: float
@@ -82,12 +91,16 @@ class Fault:
     duration: float = 0.0
     amount: float = 0.0
     one_way: bool = False
+    error: str = ""
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"unknown fault kind {self.kind!r}; kinds are {', '.join(KINDS)}")
+        kinds = KINDS + EXTRA_KINDS
+        if self.kind not in kinds:
+            raise ValueError(f"unknown fault kind {self.kind!r}; kinds are {', '.join(kinds)}")
         if self.at < 0 or self.duration < 0:
             raise ValueError("a fault's time and duration must not be negative")
+        if self.kind == "throw" and (self.error not in THROWN or self.amount < 1):
+            raise ValueError(f"a throw needs an error among {', '.join(THROWN)} and a call >= 1")
         object.__setattr__(self, "target", tuple(self.target))
 
     def describe(self) -> str:
@@ -100,6 +113,7 @@ class Fault:
             "delay": "link h{0}<->h{1}",
             "clog": "link h{0}<->h{1}",
             "raise": "endpoint {0}.{1}",
+            "throw": "endpoint {0}.{1}",
         }.get(self.kind)
         if target is None:
             side = ",".join(f"h{h}" for h in self.target)
@@ -107,6 +121,8 @@ class Fault:
         else:
             where = target.format(*self.target)
         text = f"t={self.at:.3f}s {self.kind} {where}"
+        if self.kind == "throw":
+            return f"{text} raises {self.error} at call {self.amount:g}"
         if self.amount:
             text += f" amount={self.amount:.4g}"
         if self.duration:
@@ -114,7 +130,7 @@ class Fault:
         return text
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "at": self.at,
             "kind": self.kind,
             "target": list(self.target),
@@ -122,6 +138,7 @@ class Fault:
             "amount": self.amount,
             "one_way": self.one_way,
         }
+        return {**data, "error": self.error} if self.error else data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Fault:
@@ -132,6 +149,7 @@ class Fault:
             duration=float(data.get("duration", 0.0)),
             amount=float(data.get("amount", 0.0)),
             one_way=bool(data.get("one_way", False)),
+            error=str(data.get("error", "")),
         )
 
 
@@ -200,6 +218,10 @@ def random_plan(
             target = rng.choice(list(endpoints))
         # An amount for every kind, whichever was drawn: each seed keeps the plan it always had.
         amounts = {k: rng.uniform(low, high) for k, (low, high) in AMOUNTS.items()}
+        if kind == "throw":
+            amounts[kind], error = rng.randint(1, 5), rng.choice(THROWN)
+        else:
+            error = ""
         faults.append(
             Fault(
                 at=at,
@@ -208,6 +230,7 @@ def random_plan(
                 duration=0.0 if kind in INSTANT_KINDS else length,
                 amount=round(amounts.get(kind, 0.0), 6),
                 one_way=kind == "partition" and rng.random() < 0.3,
+                error=error,
             )
         )
     return Plan(tuple(faults))

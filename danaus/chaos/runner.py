@@ -22,19 +22,25 @@ from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import danaus
-from danaus.chaos.checkers import Violation, delivery, liveness, reported_once, survivors
+from danaus.chaos.checkers import (
+    Violation,
+    delivery,
+    liveness,
+    reported_once,
+    survivors,
+    waits_on_failed,
+)
 from danaus.chaos.history import History
 from danaus.chaos.nemesis import Nemesis
-from danaus.chaos.plan import Plan
+from danaus.chaos.plan import NETWORK_KINDS, SITE_KINDS, FaultKind, Plan
 from danaus.chaos.scenario import Scenario
-from danaus.core import config, sites
-from danaus.core.mesh import agent_of
+from danaus.core import config
+from danaus.core.sites import Sites
 from danaus.core.supervision import MeshFailure
-from danaus.core.trace import Trace
-from danaus.transports.base import World
+from danaus.core.trace import Event, Trace
+from danaus.core.transport import World
+from danaus.tracing import gather_events
 from danaus.transports.sim.loop import SimulationStalled, SimulationTimeLimit
-from danaus.transports.sim.world import SimWorld
 
 
 @dataclass
@@ -50,7 +56,7 @@ class Outcome:
     transport: str = "sim"
     value: Any = None
     skipped: list[str] = field(default_factory=list)
-    checked: list[dict[str, Any]] = field(default_factory=list)
+    checked: list[Event] = field(default_factory=list)
     """The trace events the checkers read: those before the checks began probing the cluster."""
 
     @property
@@ -71,26 +77,6 @@ def _record_unhandled(history: History) -> Callable[[MeshFailure], None]:
     return record
 
 
-def _workers(world: World) -> list[str]:
-    """The live worker procs of every host."""
-    return [p for host in world.hosts() for p in world.worker_procs(host)]
-
-
-async def _trace_events(world: World, timeout: float) -> list[dict[str, Any]]:
-    """Every live proc's trace, merged in time order (procs in this OS process share its own)."""
-    events = list(world.trace.events)
-    local = {runtime.proc_id for runtime in world.local_runtimes()}
-    remote = [proc for proc in _workers(world) if proc not in local]
-    if not remote:
-        return events
-    for proc in remote:
-        try:
-            events += await asyncio.wait_for(agent_of(proc).trace_events.call_one(), timeout)
-        except Exception:
-            continue
-    return sorted(events, key=lambda e: e["t"])
-
-
 class _Run:
     """One run of a scenario against a plan, on the current world."""
 
@@ -100,7 +86,7 @@ class _Run:
         self.history = History(world.loop.time, world.trace)
         self.violations: list[Violation] = []
         self.value: Any = None
-        self.events: list[dict[str, Any]] = []
+        self.events: list[Event] = []
 
     def workload(self) -> None:
         try:
@@ -124,14 +110,15 @@ class _Run:
         self.violations += liveness(self.world.local_runtimes())
         cut = self.world.loop.time()
         try:
-            procs = [self.world.root.proc_id, *_workers(self.world)]
+            procs = [self.world.root.proc_id, *self.world.live_workers()]
             self.violations += self._wait(survivors(procs, scenario.settle))
-            events = self._wait(_trace_events(self.world, scenario.settle))
+            events = self._wait(gather_events(self.world, scenario.settle))
         except (SimulationStalled, SimulationTimeLimit) as exc:
             self.violations.append(Violation("survivors", f"probing the actors stalled: {exc}"))
             events = list(self.world.trace.events)
-        self.events = [e for e in events if e["t"] < cut]
+        self.events = [e for e in events if e.t < cut]
         self.violations += delivery(self.events) + reported_once(self.events)
+        self.violations += waits_on_failed(self.world.local_runtimes(), self.events)
         self.violations += [Violation("invariant", m) for m in scenario.check(self.history)]
 
     def _settle(self, seconds: float) -> None:
@@ -169,6 +156,16 @@ class ChaosFailure(AssertionError):
     """A seed broke a rule: the message holds its plan, violations and replay command."""
 
 
+def applicable_kinds(kinds: Iterable[FaultKind], world: World) -> list[FaultKind]:
+    """The ``kinds`` of fault ``world`` can apply (all of them on the simulator)."""
+    return [
+        kind
+        for kind in kinds
+        if (kind not in NETWORK_KINDS or world.faults.controls_network)
+        and (kind not in SITE_KINDS or world.sites is not None)
+    ]
+
+
 def replay_command(target: str, seed: int, plan: Plan | None = None, transport: str = "sim") -> str:
     """The one-line command that reruns ``seed`` (with ``plan``, if it is not the seed's own)."""
     parts = ["danaus", "chaos", "replay", target, "--seed", str(seed)]
@@ -200,30 +197,34 @@ def run_scenario(
 ) -> Outcome:
     """Run ``scenario`` once with ``seed`` (and its plan, or ``plan``) and check it.
 
-    ``options`` configure a real transport (heartbeat settings, for example).
+    ``options`` configure a real transport (heartbeat settings, for example). A
+    seed draws only the kinds of fault the transport's world can apply.
     """
-    plan = scenario.plan(seed) if plan is None else plan
     if config.installed() is not None:
         raise RuntimeError("a chaos run needs its own world: call danaus.shutdown() first")
     if transport == "sim":
-        world: World = SimWorld(hosts=scenario.hosts, seed=seed, network=scenario.network)
-        world.loop.time_limit = scenario.max_time
-        config.install(world)
+        options = {
+            "hosts": scenario.hosts,
+            "seed": seed,
+            "network": scenario.network,
+            "time_limit": scenario.max_time,
+        }
     else:
-        danaus.configure(transport=transport, trace=True, **options)
-        world = config.current_world()
+        options = {"trace": True, **options}
+    world = config.create_world(transport, **options)
+    config.install(world)
     run = _Run(scenario, world)
-    saved_hook = danaus.unhandled_fault_hook
-    danaus.unhandled_fault_hook = _record_unhandled(run.history)
-    sites.active = sites.Sites.from_seed(seed, random.Random(f"site-draws-{seed}"))
+    world.fault_hook = _record_unhandled(run.history)
+    if world.deterministic:
+        world.sites = Sites.from_seed(seed, random.Random(f"site-draws-{seed}"))
+    if plan is None:
+        plan = scenario.plan(seed, applicable_kinds(scenario.kinds, world))
     nemesis = Nemesis(world, plan)
     try:
         nemesis.start()
         run.workload()
         run.check(nemesis)
     finally:
-        sites.active = None
-        danaus.unhandled_fault_hook = saved_hook
         config.shutdown()
     return Outcome(
         scenario=scenario.name,

@@ -37,11 +37,10 @@ class Scenario:
         """Invariants over the history: one message per violation (none when all hold)."""
         return ()
 
-    def plan(self, seed: int) -> Plan:
-        """The faults seed ``seed`` brings to this scenario."""
-        return random_plan(
-            seed, self.hosts, self.duration, self.kinds, self.max_faults, self.endpoints
-        )
+    def plan(self, seed: int, kinds: Iterable[FaultKind] | None = None) -> Plan:
+        """The faults seed ``seed`` brings to this scenario (of ``kinds``, default its own)."""
+        kinds = self.kinds if kinds is None else tuple(kinds)
+        return random_plan(seed, self.hosts, self.duration, kinds, self.max_faults, self.endpoints)
 
     @property
     def quiet_after(self) -> float:

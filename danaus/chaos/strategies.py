@@ -15,7 +15,16 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from danaus.chaos.plan import AMOUNTS, INSTANT_KINDS, KINDS, Fault, FaultKind, Plan, usable_kinds
+from danaus.chaos.plan import (
+    AMOUNTS,
+    INSTANT_KINDS,
+    KINDS,
+    THROWN,
+    Fault,
+    FaultKind,
+    Plan,
+    usable_kinds,
+)
 
 
 @st.composite
@@ -40,13 +49,19 @@ def faults(
         target = tuple(sorted(side))
     else:
         target = draw(st.sampled_from(list(endpoints)))
+    throw = kind == "throw"
+    if throw:
+        amount: float = draw(st.integers(1, 5))
+    else:
+        amount = draw(st.floats(*AMOUNTS[kind])) if kind in AMOUNTS else 0.0
     return Fault(
         at=draw(st.floats(0, duration, allow_nan=False)),
         kind=kind,
         target=target,
         duration=0.0 if kind in INSTANT_KINDS else draw(st.floats(0, duration)),
-        amount=draw(st.floats(*AMOUNTS[kind])) if kind in AMOUNTS else 0.0,
+        amount=amount,
         one_way=kind == "partition" and draw(st.booleans()),
+        error=draw(st.sampled_from(THROWN)) if throw else "",
     )
 
 

@@ -8,20 +8,28 @@ the agent keeps taking messages meanwhile (a stop may need a spawn to finish).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from danaus.core.actor import Actor, endpoint
 from danaus.core.context import current_rank
 from danaus.core.instance import Instance, SpawnOrder
 from danaus.core.ports import Port
-from danaus.transports.base import ProcSpec
+from danaus.core.trace import Event
+from danaus.core.transport import ProcSpec
 
 if TYPE_CHECKING:
     from danaus.core.runtime import Runtime
 
+log = logging.getLogger("danaus.agents")
+
 PROC_AGENT = "agent"
 HOST_AGENT = "host"
+TRACE_TIMEOUT = 5.0
+"""How long a proc about to stop may take to hand over its trace."""
 
 
 def _answer_later(runtime: Runtime, port: Port[Any], work: Callable[[], Awaitable[Any]]) -> None:
@@ -67,14 +75,27 @@ class ProcAgent(Actor):
     @endpoint
     async def actors(self) -> list[tuple[str, str, int]]:
         """The running user actors here: (mesh id, mesh name, rank)."""
-        return [
-            (a.key, a.name, a.rank.rank) for a in self._runtime.actors() if a.state == "running"
-        ]
+        return [(a.key, a.name, a.rank.rank) for a in self._runtime.actors() if a.is_running]
 
     @endpoint
-    async def trace_events(self) -> list[dict[str, Any]]:
+    async def trace_events(self) -> list[Event]:
         """This proc's trace so far (empty where tracing is off)."""
         return list(self._runtime.trace.events)
+
+    @endpoint(explicit_response_port=True)
+    async def probe(self, port: Port[Any], fn: Callable[[Runtime], Any]) -> None:
+        """Answer with ``fn(runtime)`` run here (awaited if it is awaitable).
+
+        How tools read a proc's state (`danaus top`) or wait on the controller
+        (the debugger) without an endpoint each. It runs nothing a member of the
+        job could not run already, by spawning an actor.
+        """
+
+        async def run() -> Any:
+            result = fn(self._runtime)
+            return await result if inspect.isawaitable(result) else result
+
+        _answer_later(self._runtime, port, run)
 
 
 class HostAgent(Actor):
@@ -95,6 +116,32 @@ class HostAgent(Actor):
     @endpoint(explicit_response_port=True)
     async def stop_procs(self, port: Port[None], mesh_id: str, timeout: float) -> None:
         procs = self._launched.pop(mesh_id, [])
-        _answer_later(
-            self._runtime, port, lambda: self._runtime.world.launcher.stop(procs, timeout)
-        )
+        runtime = self._runtime
+
+        async def stop() -> None:
+            if runtime.trace.enabled:
+                await keep_traces(runtime, procs)
+            await runtime.world.launcher.stop(procs, timeout)
+
+        _answer_later(runtime, port, stop)
+
+
+async def keep_traces(runtime: Runtime, procs: Sequence[str]) -> None:
+    """Add the trace of each of ``procs`` (about to stop) to ``runtime``'s, so none is lost."""
+    from danaus.core.mesh import agent_of
+
+    world = runtime.world
+    local = {r.proc_id for r in world.local_runtimes()}
+    live = set(world.live_workers())
+
+    async def one(proc: str) -> list[Event]:
+        try:
+            return await asyncio.wait_for(agent_of(proc).trace_events.call_one(), TRACE_TIMEOUT)
+        except Exception as exc:
+            log.warning("the trace of proc %s is lost: %r", proc, exc)
+            return []
+
+    remote = [p for p in procs if p in live and p not in local]
+    if remote:
+        found = await asyncio.gather(*(one(p) for p in remote))
+        runtime.trace.events.extend(e for events in found for e in events)

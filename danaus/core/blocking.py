@@ -1,14 +1,15 @@
-"""Blocking from sync code without threads where threads are not allowed.
+"""Where actor code runs, and how sync code blocks on a future.
 
-Sync endpoints and sync controller code call ``future.get()``. Where that code
-runs decides how it waits:
+Each actor's code runs on one thread (`ActorThread` on real transports), or,
+on the simulator, on the one loop of the world, with sync code in greenlets
+(`GreenletRunner`). Sync endpoints and sync controller code call
+``future.get()``; where that code runs decides how it waits:
 
 * in a greenlet started by `GreenletRunner` (the simulator: one thread, virtual
   time), ``get`` switches back to the event loop's task, which awaits the
   future and switches back with its result;
-* on a thread other than the loop's (real transports: sync endpoints run on a
-  thread per actor, controller code on the main thread), it waits on the loop
-  from outside;
+* on a thread other than the runtime loop's (real transports: an actor's
+  thread, or the controller's main thread), it waits on the loop from outside;
 * on the loop's own thread while the loop is idle (the simulator's controller
   code), it runs the loop until the future is done.
 """
@@ -16,19 +17,43 @@ runs decides how it waits:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import threading
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import greenlet
 
-from danaus.transports.base import SyncRunner
+from danaus.core.transport import ActorRunner
 
 
 class _EndpointGreenlet(greenlet.greenlet):
-    """A greenlet running one sync endpoint call for a `GreenletRunner`."""
+    """A greenlet running sync actor code for a `GreenletRunner`.
+
+    Sync code sees no running event loop, as on a thread of its own: the loop
+    is marked running only while the greenlet has switched back to it.
+    """
+
+    def __init__(self, fn: Callable[[], Any], loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(self._body)
+        self._fn = fn
+        self.loop = loop
+
+    def _body(self) -> Any:
+        asyncio._set_running_loop(None)
+        try:
+            return self._fn()
+        finally:
+            asyncio._set_running_loop(self.loop)
+
+    def wait(self, afut: asyncio.Future[Any], timeout: float | None) -> Any:
+        """Have the loop's task await ``afut``; return its result here."""
+        asyncio._set_running_loop(self.loop)
+        try:
+            return self.parent.switch((afut, timeout))
+        finally:
+            asyncio._set_running_loop(None)
 
 
 def _timed_out(timeout: float | None) -> TimeoutError:
@@ -55,13 +80,19 @@ def _wait_from_thread(
     return afut.result()
 
 
+def discard_outcome(afut: asyncio.Future[Any]) -> None:
+    """A done-callback for a future whose error, if unread, is reported another way."""
+    if not afut.cancelled():
+        afut.exception()
+
+
 def block_on(
     loop: asyncio.AbstractEventLoop, afut: asyncio.Future[Any], timeout: float | None
 ) -> Any:
     """Wait for ``afut`` (a future of ``loop``) from sync code; see the module docstring."""
     current = greenlet.getcurrent()
     if isinstance(current, _EndpointGreenlet):
-        return current.parent.switch((afut, timeout))
+        return current.wait(afut, timeout)
     try:
         running = asyncio.get_running_loop()
     except RuntimeError:
@@ -72,14 +103,28 @@ def block_on(
         )
     if loop.is_running():
         return _wait_from_thread(loop, afut, timeout)
-    return loop.run_until_complete(_wait(afut, timeout))
+    waiting = loop.create_task(_wait(afut, timeout))
+    try:
+        return loop.run_until_complete(waiting)
+    except BaseException:
+        # The loop gave up (a stall): the caller has its error; the answer, if it
+        # ever comes, is not wanted, and an error in it is not worth a warning.
+        waiting.cancel()
+        afut.add_done_callback(discard_outcome)
+        raise
 
 
-class GreenletRunner(SyncRunner):
-    """Runs sync endpoints in greenlets on the loop's thread (deterministic, no threads)."""
+class GreenletRunner(ActorRunner):
+    """Runs sync actor code in greenlets on the loop's own thread (deterministic, no threads).
+
+    Every actor of a world shares it: their messages are all handled on one loop.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
 
     async def _drive(self, fn: Callable[[], Any]) -> Any:
-        child = _EndpointGreenlet(fn)
+        child = _EndpointGreenlet(fn, self.loop)
         child.gr_context = contextvars.copy_context()
         request = child.switch()
         while not child.dead:
@@ -92,19 +137,42 @@ class GreenletRunner(SyncRunner):
                 request = child.switch(value)
         return request
 
-    def run(self, fn: Callable[[], Any]) -> Awaitable[Any]:
+    def call_sync(self, fn: Callable[[], Any]) -> Awaitable[Any]:
         return self._drive(fn)
 
 
-class ThreadRunner(SyncRunner):
-    """Runs one actor's sync endpoints on a thread of its own, so they may block freely."""
+class ActorThread(ActorRunner):
+    """One actor's own thread, with an event loop of its own (real transports).
 
-    def __init__(self, name: str = "danaus-actor") -> None:
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+    Everything the actor runs happens here: ``__init__``, sync and async
+    endpoints, hooks. A sync endpoint blocks the thread while it runs and sees
+    no running event loop, as code in a plain thread would; a blocking
+    ``get()`` in it waits for the runtime's loop, on another thread.
+    """
 
-    def run(self, fn: Callable[[], Any]) -> Awaitable[Any]:
-        loop = asyncio.get_running_loop()
-        return loop.run_in_executor(self._executor, contextvars.copy_context().run, fn)
+    def __init__(self, name: str) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from danaus.core.runtime import cancel_leftover_tasks
+
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_forever()
+            self.loop.run_until_complete(cancel_leftover_tasks())
+        finally:
+            self.loop.close()
+
+    async def call_sync(self, fn: Callable[[], Any]) -> Any:
+        asyncio._set_running_loop(None)
+        try:
+            return contextvars.copy_context().run(fn)
+        finally:
+            asyncio._set_running_loop(self.loop)
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False)
+        """Let the thread end once what is queued for it has run (from any thread)."""
+        with contextlib.suppress(RuntimeError):  # already closed
+            self.loop.call_soon_threadsafe(self.loop.stop)

@@ -1,9 +1,15 @@
-"""Choosing a transport: ``configure()``, ``DANAUS_TRANSPORT``, and the current world.
+"""Choosing a transport, and the world this process runs on.
 
 The world is made on first use (``this_host()``, ``this_proc()``, a spawn) from
-the configuration: ``configure(transport=..., **options)`` if called, else the
+the choice: ``configure(transport=..., **options)`` if called, else the
 ``DANAUS_TRANSPORT`` environment variable, else ``tcp``. Options go to the
 transport's ``create_world``.
+
+What the process itself holds is only what the user set for it: that choice,
+the unhandled-fault hook (``danaus.unhandled_fault_hook``, a process-wide
+setting in Monarch's API too) and which world is current. Everything about a
+run (its hook if it sets one, fault sites, random source, trace) belongs to
+its `World`, so worlds made one after the other share nothing.
 """
 
 from __future__ import annotations
@@ -11,60 +17,74 @@ from __future__ import annotations
 import atexit
 import importlib
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from danaus.transports.base import World
+from danaus.core.supervision import default_unhandled_fault_hook
+from danaus.core.transport import FaultHook, World
 
 DEFAULT_TRANSPORT = "tcp"
-TRANSPORTS = ("sim", "tcp", "ucx", "verbs")
+TRANSPORTS = ("sim", "tcp", "ucx")
 
-_settings: dict[str, Any] = {}
+
+@dataclass(frozen=True)
+class Choice:
+    """A transport and its options, as ``configure()`` was given them."""
+
+    transport: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+_choice: Choice | None = None
 _world: World | None = None
+_fault_hook: FaultHook = default_unhandled_fault_hook
+_exit_registered = False
 
 
 def selected() -> str:
     """The name of the transport the next world will use."""
-    return _settings.get("transport") or os.environ.get("DANAUS_TRANSPORT") or DEFAULT_TRANSPORT
+    if _choice is not None:
+        return _choice.transport
+    return os.environ.get("DANAUS_TRANSPORT") or DEFAULT_TRANSPORT
 
 
 def configure(transport: str | None = None, **options: Any) -> None:
-    """Choose the transport (``sim``, ``tcp``, ``ucx``, ``verbs``) and its options.
+    """Choose the transport (``sim``, ``tcp``, ``ucx``) and its options.
 
     Call before anything else touches Danaus; to switch later, call
-    ``danaus.shutdown()`` first.
+    ``danaus.shutdown()`` first. The choice holds for every world this process
+    makes from then on.
     """
+    global _choice
     if _world is not None:
         raise RuntimeError(
             f"Danaus already runs on {_world.name!r}; call danaus.shutdown() before configure()"
         )
     name = transport or selected()
-    if name not in TRANSPORTS:
-        raise ValueError(f"unknown transport {name!r}; choose one of {', '.join(TRANSPORTS)}")
-    _settings.clear()
-    _settings.update(options, transport=name)
     transport_module(name).configured(**options)
+    _choice = Choice(name, dict(options))
 
 
 def transport_module(name: str) -> Any:
     """The package of transport ``name``: it has ``World``, ``configured`` and ``create_world``."""
     if name not in TRANSPORTS:
         raise ValueError(f"unknown transport {name!r}; choose one of {', '.join(TRANSPORTS)}")
-    try:
-        return importlib.import_module(f"danaus.transports.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"danaus.transports.{name}":
-            raise
-        raise NotImplementedError(f"the {name!r} transport is not available yet") from None
+    return importlib.import_module(f"danaus.transports.{name}")
+
+
+def create_world(transport: str, **options: Any) -> World:
+    """A new world of ``transport`` with ``options`` (checked first); not made current."""
+    module = transport_module(transport)
+    module.configured(**options)
+    return module.create_world(**options)
 
 
 def current_world() -> World:
     """The world this process runs on, made on first use."""
-    global _world
     if _world is None:
-        options = {k: v for k, v in _settings.items() if k != "transport"}
-        module = transport_module(selected())
-        module.configured(**options)
-        install(module.create_world(**options))
+        options = dict(_choice.options) if _choice is not None else {}
+        install(create_world(selected(), **options))
     assert _world is not None
     return _world
 
@@ -76,8 +96,11 @@ def installed() -> World | None:
 
 def install(world: World | None) -> World | None:
     """Make ``world`` the current one; return the previous one."""
-    global _world
+    global _world, _exit_registered
     previous, _world = _world, world
+    if world is not None and not _exit_registered:
+        atexit.register(shutdown)
+        _exit_registered = True
     return previous
 
 
@@ -90,4 +113,19 @@ def shutdown() -> None:
             install(None)
 
 
-atexit.register(shutdown)
+def fault_hook(world: World) -> FaultHook:
+    """The hook for failures that reach ``world``'s root: the run's own, else the process's."""
+    return world.fault_hook if world.fault_hook is not None else _fault_hook
+
+
+def user_fault_hook() -> FaultHook:
+    """``danaus.unhandled_fault_hook`` as the user last set it."""
+    return _fault_hook
+
+
+def set_user_fault_hook(hook: FaultHook) -> None:
+    """What assigning ``danaus.unhandled_fault_hook`` does."""
+    global _fault_hook
+    if not callable(hook):
+        raise TypeError(f"unhandled_fault_hook must be callable, not {hook!r}")
+    _fault_hook = hook

@@ -79,6 +79,7 @@ class Endpoint(Generic[R]):
         result = None
         if expect is not None:
             handler, result = expect([proc for proc, _ in targets], runtime.loop)
+            handler.caller, handler.actor, handler.method = sender, self._mesh._mesh_id, self.name
             reply = runtime.open_port(handler)
         runtime.send_call(
             sender, targets, self._mesh._mesh_id, self._spec.name, shape, payload, reply

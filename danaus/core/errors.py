@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
+
+import cloudpickle
+
+CAUSE = "cause"
+"""``raise Outer from inner``: the inner exception is the outer one's ``__cause__``."""
+CONTEXT = "context"
+"""An exception raised while handling another: the other is its ``__context__``."""
 
 
 class ActorError(Exception):
-    """An endpoint raised: carries the remote exception and its traceback.
+    """An endpoint raised: carries the remote exception, its chain and its traceback.
 
-    The actor that raised is still alive; only the one call failed.
+    The actor that raised is still alive; only the one call failed. ``exception``
+    is the remote exception rebuilt here, with its ``__cause__`` or
+    ``__context__`` chain as it was raised; where an exception cannot be rebuilt
+    here (its class cannot be imported, or its constructor takes other
+    arguments), a `RemoteException` with its class name and message stands in
+    for it. ``traceback`` is the remote traceback of the whole chain, as Python
+    would print it.
     """
 
     def __init__(self, actor: str, exception: BaseException, traceback: str) -> None:
@@ -19,6 +33,9 @@ class ActorError(Exception):
 
     @property
     def message(self) -> str:
+        """The remote exception's class name and message."""
+        if isinstance(self.exception, RemoteException):
+            return str(self.exception)
         return f"{type(self.exception).__name__}: {self.exception}"
 
     def __str__(self) -> str:
@@ -26,6 +43,59 @@ class ActorError(Exception):
             f"actor {self.actor} raised {self.message}\n"
             f"remote traceback:\n{self.traceback.rstrip()}"
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_actor_error, (self.actor, self.traceback, _pack_chain(self.exception)))
+
+
+def _pack_chain(exc: BaseException) -> list[tuple[bytes | None, str, str, str | None]]:
+    """Each exception of the chain pickled on its own, outermost first, with how it links on."""
+    packed: list[tuple[bytes | None, str, str, str | None]] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        link, following = chain_link(current)
+        try:
+            blob: bytes | None = cloudpickle.dumps(current)
+        except Exception:
+            blob = None
+        packed.append((blob, type(current).__qualname__, str(current), link))
+        current = following
+    return packed
+
+
+def chain_link(exc: BaseException) -> tuple[str | None, BaseException | None]:
+    """How ``exc`` leads on to the exception before it (`CAUSE`, `CONTEXT`), and that one."""
+    if exc.__cause__ is not None:
+        return CAUSE, exc.__cause__
+    if exc.__context__ is not None and not exc.__suppress_context__:
+        return CONTEXT, exc.__context__
+    return None, None
+
+
+def _unpack(blob: bytes | None, type_name: str, text: str) -> BaseException:
+    if blob is not None:
+        try:
+            exc = pickle.loads(blob)
+        except Exception:
+            pass
+        else:
+            if isinstance(exc, BaseException):
+                return exc
+    return RemoteException(type_name, text)
+
+
+def _rebuild_actor_error(
+    actor: str, traceback: str, chain: list[tuple[bytes | None, str, str, str | None]]
+) -> ActorError:
+    excs = [_unpack(blob, name, text) for blob, name, text, _ in chain]
+    for (_, _, _, link), exc, following in zip(chain, excs, excs[1:]):
+        if link == CAUSE:
+            exc.__cause__ = following
+        else:
+            exc.__context__ = following
+    return ActorError(actor, excs[0], traceback)
 
 
 class SupervisionError(Exception):
@@ -36,11 +106,15 @@ class SupervisionError(Exception):
         super().__init__(message)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (SupervisionError, (str(self), self.failure))
+        return (type(self), (str(self), self.failure))
 
 
-class MeshStoppedError(RuntimeError):
-    """The mesh (or actor) was stopped; it takes no more messages."""
+class MeshStoppedError(SupervisionError, RuntimeError):
+    """The mesh (or actor) was stopped; it takes no more messages.
+
+    A `SupervisionError`, as in Monarch, so that ``except SupervisionError``
+    catches calls to stopped meshes too; and a `RuntimeError`.
+    """
 
 
 class SerializationError(TypeError):
@@ -48,7 +122,7 @@ class SerializationError(TypeError):
 
 
 class RemoteException(Exception):
-    """Stands in for a remote exception that could not itself be pickled."""
+    """Stands in for a remote exception that could not be rebuilt here."""
 
     def __init__(self, type_name: str, text: str) -> None:
         self.type_name = type_name

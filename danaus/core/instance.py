@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import enum
 import itertools
 import logging
 import os
@@ -19,10 +20,17 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from danaus.core import sites
+from danaus.core import trace as ev
 from danaus.core.actor import Actor, EndpointSpec, endpoints_of
 from danaus.core.context import NO_MESSAGE, Context, reset_context, set_context
-from danaus.core.errors import ActorError, MeshStoppedError, RemoteException, SupervisionError
+from danaus.core.errors import (
+    CAUSE,
+    CONTEXT,
+    ActorError,
+    MeshStoppedError,
+    SupervisionError,
+    chain_link,
+)
 from danaus.core.ports import Port
 from danaus.core.serialize import Buffer, dumps, loads
 from danaus.core.shape import Extent, Point
@@ -31,8 +39,9 @@ from danaus.core.wire import Call
 
 if TYPE_CHECKING:
     from danaus.core.mesh import HostMesh, ProcMesh
+    from danaus.core.owned import OwnedMesh
     from danaus.core.runtime import Runtime
-    from danaus.transports.base import SyncRunner
+    from danaus.core.transport import ActorRunner
 
 log = logging.getLogger("danaus.actor")
 
@@ -45,25 +54,68 @@ _DISPATCH_DIRS = (
 """Where the frames that dispatch a call to user code live (Danaus, asyncio, thread pools)."""
 
 
-def remote_traceback(exc: BaseException) -> str:
-    """The traceback of ``exc`` from the first frame of user code (all of it if there is none)."""
+class ActorState(enum.Enum):
+    """Where an actor is in its life."""
+
+    STARTING = "starting"
+    """Spawned; ``__init__`` has not finished."""
+    RUNNING = "running"
+    STOPPING = "stopping"
+    """Finishing its queued messages before it stops."""
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+_TAKES_MESSAGES = (ActorState.STARTING, ActorState.RUNNING)
+
+
+class InstanceKind(enum.Enum):
+    """What an instance stands for."""
+
+    USER = "user"
+    """A member of an actor mesh a program spawned."""
+    SYSTEM = "system"
+    """A proc's or host's agent."""
+    CLIENT = "client"
+    """Code outside any actor on a proc (the controller's main code)."""
+
+
+_LINKS = {
+    CAUSE: "\nThe above exception was the direct cause of the following exception:\n\n",
+    CONTEXT: "\nDuring handling of the above exception, another exception occurred:\n\n",
+}
+
+
+def _one_traceback(exc: BaseException) -> str:
+    """One exception's traceback, from its first frame of user code (all of it if none)."""
     frames = traceback.extract_tb(exc.__traceback__)
     first_user = next(
         (i for i, f in enumerate(frames) if not f.filename.startswith(_DISPATCH_DIRS)), 0
     )
-    frames = frames[first_user:]
-    lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames)]
-    lines.extend(traceback.format_exception_only(type(exc), exc))
+    lines = ["Traceback (most recent call last):\n"] if frames else []
+    lines += traceback.format_list(frames[first_user:])
+    lines += traceback.format_exception_only(type(exc), exc)
     return "".join(lines)
 
 
+def remote_traceback(exc: BaseException) -> str:
+    """The traceback of ``exc`` and the exceptions it chains to, as Python prints them."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        link, following = chain_link(current)
+        parts.append(_one_traceback(current))
+        if following is not None and link is not None:
+            parts.append(_LINKS[link])
+        current = following
+    return "".join(reversed(parts))
+
+
 def actor_error_payload(actor_id: str, exc: BaseException) -> list[Buffer]:
-    """A pickled `ActorError` for ``exc``, standing in for ``exc`` if it cannot be pickled."""
-    tb = remote_traceback(exc)
-    try:
-        return dumps(ActorError(actor_id, exc, tb))
-    except TypeError:
-        return dumps(ActorError(actor_id, RemoteException(type(exc).__qualname__, str(exc)), tb))
+    """A pickled `ActorError` for ``exc`` and its chain."""
+    return dumps(ActorError(actor_id, exc, remote_traceback(exc)))
 
 
 def member_id(mesh_id: str, name: str, index: int, incarnation: int = 0) -> str:
@@ -127,6 +179,9 @@ class _Mailbox:
             if not waiter.done():
                 waiter.set_result(None)
 
+    def __len__(self) -> int:
+        return len(self._items)
+
     def take_all(self) -> list[Any]:
         items = list(self._items)
         self._items.clear()
@@ -134,7 +189,13 @@ class _Mailbox:
 
 
 class Instance:
-    """A hosted actor: its identity, mailbox and state."""
+    """A hosted actor: its identity, mailbox and state.
+
+    A user actor's code runs on the thread of its `ActorRunner` (on the
+    simulator, the world's one thread). The runtime calls `post`, `supervise`,
+    `stop` and `abandon` from its loop's thread; they hand their work to the
+    actor's thread, and only that thread changes the actor's state.
+    """
 
     def __init__(
         self,
@@ -147,7 +208,7 @@ class Instance:
         creator: str | None = None,
         owner: tuple[str, str] | None = None,
         proc_mesh: ProcMesh | None = None,
-        is_system: bool = False,
+        kind: InstanceKind = InstanceKind.USER,
     ) -> None:
         self._runtime = runtime
         self.owner = owner
@@ -157,30 +218,57 @@ class Instance:
         self.rank = rank
         self.creator = creator
         self._proc_mesh = proc_mesh
-        self.is_system = is_system
+        self.kind = kind
         self.class_name = "Client"
         self.context = Context(self, rank)
+        self.loop = runtime.loop
+        """The loop this actor's messages are handled on."""
         self._seq = itertools.count()
         self._obj: Actor | None = None
         self._endpoints: dict[str, EndpointSpec] = {}
         self._mailbox: _Mailbox | None = None
         self._task: asyncio.Task[None] | None = None
-        self._runner: SyncRunner | None = None
+        self._runner: ActorRunner | None = None
         self._stopped: asyncio.Future[None] | None = None
-        self.state = "running"
-        self.owned: list[Any] = []
+        """Settles (on the runtime's loop) once the actor is gone."""
+        self.state = ActorState.RUNNING
+        self.owned: list[OwnedMesh] = []
+        """The meshes this actor spawned and has not stopped, oldest first."""
         self._choices: dict[str, int] = {}
         self._failure: MeshFailure | None = None
         self._running: Call | None = None
+        """The call being handled, if any."""
+        self._in_async_call = False
+        """The call being handled is an async endpoint (suspended whenever the loop runs)."""
+        self._supervisions: deque[MeshFailure] = deque()
+        self._supervising: asyncio.Task[None] | None = None
+        self._ending = False
+        """Danaus itself is cancelling the message loop (an abandon or an exit)."""
+        self.handled = 0
+        """How many messages this actor has taken from its mailbox (read by `danaus top`)."""
+        self._posted = 0
+        """Messages posted to this actor (counted on the runtime's thread)."""
+        self._accepted = 0
+        """Of those, how many reached its thread (counted there)."""
 
     @classmethod
     def client(cls, runtime: Runtime) -> Instance:
         """The instance standing for non-actor code (the controller's main code) on a proc."""
-        return cls(runtime, "client", f"{runtime.proc_id}/client", "client", NO_MESSAGE)
+        return cls(
+            runtime,
+            "client",
+            f"{runtime.proc_id}/client",
+            "client",
+            NO_MESSAGE,
+            kind=InstanceKind.CLIENT,
+        )
 
     @classmethod
     def system(cls, runtime: Runtime, key: str, actor: Actor) -> Instance:
-        instance = cls(runtime, key, f"{runtime.proc_id}/{key}", key, NO_MESSAGE, is_system=True)
+        """A proc's or host's agent: async code only, on the runtime's loop."""
+        instance = cls(
+            runtime, key, f"{runtime.proc_id}/{key}", key, NO_MESSAGE, kind=InstanceKind.SYSTEM
+        )
         instance._adopt_object(actor)
         instance._start(None)
         return instance
@@ -198,17 +286,20 @@ class Instance:
             owner=order.owner,
             proc_mesh=order.proc_mesh,
         )
-        instance.state = "starting"
+        instance.state = ActorState.STARTING
+        instance._runner = runtime.world.actor_runner(instance.actor_id)
+        instance.loop = instance._runner.loop
         instance._start(order.blob)
         runtime.add_actor(instance)
         runtime.trace.record(
-            "spawn",
-            runtime.proc_id,
-            actor=instance.actor_id,
-            mesh=order.mesh_id,
-            rank=rank.rank,
-            owner=order.owner[0],
-            creator=order.creator,
+            ev.Spawn(
+                proc=runtime.proc_id,
+                actor=instance.actor_id,
+                mesh=order.mesh_id,
+                rank=rank.rank,
+                owner=order.owner[0],
+                creator=order.creator,
+            )
         )
         return instance
 
@@ -236,6 +327,30 @@ class Instance:
         """The proc mesh this actor was spawned on."""
         return self._proc_mesh if self._proc_mesh is not None else self.proc
 
+    @property
+    def is_running(self) -> bool:
+        """Constructed, and neither stopping, stopped nor failed."""
+        return self.state is ActorState.RUNNING
+
+    @property
+    def running_call(self) -> Call | None:
+        """The message being handled now, if any."""
+        return self._running
+
+    @property
+    def mailbox_depth(self) -> int:
+        """How many messages wait for this actor: in its mailbox, or on the way to its thread.
+
+        A sync endpoint that blocks the actor's thread holds back the messages
+        posted meanwhile before they reach the mailbox; they count too.
+        """
+        queued = len(self._mailbox) if self._mailbox is not None else 0
+        return queued + self._posted - self._accepted
+
+    def enter(self) -> None:
+        """Make this actor the context of the running task (for work done on its behalf)."""
+        set_context(self.context)
+
     def next_seq(self) -> int:
         return next(self._seq)
 
@@ -246,9 +361,66 @@ class Instance:
         return index % count
 
     def __repr__(self) -> str:
-        return f"<Instance {self.actor_id} {self.state}>"
+        return f"<Instance {self.actor_id} {self.state.value}>"
 
-    # ---- running --------------------------------------------------------------------
+    # ---- entry points for the runtime (any thread) ------------------------------------
+
+    def _on_actor(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn(*args)`` on this actor's thread: at once if its loop is the runtime's.
+
+        Once the actor's loop has closed, the actor is gone; ``fn`` then runs
+        here and finds it so.
+        """
+        if self.loop is self._runtime.loop:
+            fn(*args)
+            return
+        try:
+            self.loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:
+            fn(*args)
+
+    def post(self, call: Call, payload: list[Buffer]) -> None:
+        """Queue a message (from the runtime's loop)."""
+        self._posted += 1
+        self._on_actor(self._accept, call, payload)
+
+    def supervise(self, failure: MeshFailure) -> None:
+        """A mesh this actor owns has a failed member: handle it at the next safe point.
+
+        A safe point is the next await of an async endpoint being handled now, or
+        else the moment between two messages. Failures are handled one at a time.
+        """
+        if self.kind is InstanceKind.CLIENT:
+            self._runtime.unhandled(failure)
+        else:
+            self._on_actor(self._offer, failure)
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Stop gracefully: finish queued messages, stop owned meshes, run ``__cleanup__``.
+
+        After ``timeout`` seconds the actor is abandoned without cleanup.
+        """
+        self._on_actor(self._begin_stop)
+        if self._stopped is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._stopped), timeout)
+        except asyncio.TimeoutError:
+            log.warning("actor %s did not stop within %s s; abandoned", self.actor_id, timeout)
+            self.abandon(self._stopped_error())
+
+    def abandon(self, reason: BaseException) -> None:
+        """End at once, without cleanup; the call it was running is answered with ``reason``.
+
+        The call is answered from here, even if the actor's thread is stuck in it.
+        """
+        self._ending = True
+        running, self._running = self._running, None
+        if running is not None:
+            self._runtime.reply_error(running, reason, self)
+        self._on_actor(self._abandon, reason)
+
+    # ---- on the actor's thread --------------------------------------------------------
 
     def _adopt_object(self, obj: Actor) -> None:
         self._obj = obj
@@ -256,33 +428,53 @@ class Instance:
         self.class_name = type(obj).__qualname__
 
     def _start(self, blob: list[Buffer] | None) -> None:
-        self._mailbox = _Mailbox(self._runtime.loop)
+        self._mailbox = _Mailbox(self.loop)
         self._stopped = self._runtime.loop.create_future()
-        self._task = self._runtime.loop.create_task(self._serve(blob))
+        self._on_actor(self._begin, blob)
 
-    def post(self, call: Call, payload: list[Buffer]) -> None:
-        """Queue a message (on the loop thread)."""
-        if self.state in ("starting", "running"):
+    def _begin(self, blob: list[Buffer] | None) -> None:
+        self._task = self.loop.create_task(self._serve(blob))
+
+    def _accept(self, call: Call, payload: list[Buffer]) -> None:
+        self._accepted += 1
+        if self.state in _TAKES_MESSAGES:
             assert self._mailbox is not None
             self._mailbox.put((call, payload))
-        elif self.state == "failed":
+        elif self.state is ActorState.FAILED:
             self._runtime.reply_error(call, self._failure_error(), self)
         else:
             self._runtime.reply_error(call, self._stopped_error(), self)
 
-    def supervise(self, failure: MeshFailure) -> None:
-        """A mesh this actor owns has a failed member: handle it at the next safe point."""
-        if self.key == "client":
-            self._runtime.unhandled(failure)
-        elif self.state in ("starting", "running"):
+    def _offer(self, failure: MeshFailure) -> None:
+        if self.state not in _TAKES_MESSAGES:
+            return
+        if self._in_async_call or self._supervising is not None:
+            self._supervisions.append(failure)
+            if self._supervising is None:
+                self._supervising = self.loop.create_task(self._supervise_all())
+        else:
             assert self._mailbox is not None
             self._mailbox.put_first(_Supervise(failure))
+
+    def _begin_stop(self) -> None:
+        if self.state in _TAKES_MESSAGES:
+            self.state = ActorState.STOPPING
+            assert self._mailbox is not None
+            self._mailbox.put(None)
+
+    async def _supervise_all(self) -> None:
+        """Handle the failures that arrived while an async endpoint was suspended."""
+        try:
+            while self._supervisions and self.state in _TAKES_MESSAGES:
+                await self._supervise(self._supervisions.popleft())
+        finally:
+            self._supervising = None
 
     async def _serve(self, blob: list[Buffer] | None) -> None:
         assert self._mailbox is not None
         if blob is not None and not await self._construct(blob):
             return
-        while self.state == "running" or self.state == "stopping":
+        while self.state is ActorState.RUNNING or self.state is ActorState.STOPPING:
             item = await self._mailbox.get()
             if item is None:
                 await self._finish()
@@ -292,57 +484,69 @@ class Instance:
             else:
                 await self._handle(*item)
 
-    def _sync(self) -> SyncRunner:
-        if self._runner is None:
-            self._runner = self._runtime.world.sync_runner()
-        return self._runner
-
     async def _invoke(self, fn: Callable[..., Any], is_async: bool) -> Any:
         """Run user code; a ``sys.exit`` in it ends the whole proc, as in a real process."""
         try:
             if is_async:
                 return await fn()
-            return await self._sync().run(fn)
+            if self._runner is None:  # an agent: its code does not block
+                return fn()
+            return await self._runner.call_sync(fn)
         except SystemExit as exit_:
             code = exit_.code if isinstance(exit_.code, int) else 1
+            self._ending = True
             self._runtime.world.exit_proc(self._runtime, code)
             raise asyncio.CancelledError from None
 
+    def _ours(self, exc: BaseException) -> bool:
+        """``exc`` is Danaus ending the message loop (not an error of the user's code)."""
+        return self._ending and isinstance(exc, asyncio.CancelledError)
+
     async def _construct(self, blob: list[Buffer]) -> bool:
         token = set_context(self.context)
+        sites = self._runtime.world.sites
         try:
-            if sites.active is not None and (delay := sites.active.delay("spawn")):
+            if sites is not None and (delay := sites.delay("spawn")):
                 await asyncio.sleep(delay)
             cls, args, kwargs = loads(blob)
             obj = cls.__new__(cls)
             self._adopt_object(obj)
             await self._invoke(partial(cls.__init__, obj, *args, **kwargs), is_async=False)
-        except Exception as exc:
+        except BaseException as exc:
+            if self._ours(exc):
+                raise
             self._fail(f"__init__ raised {_describe(exc)}", exc)
             return False
         finally:
             reset_context(token)
-        if self.state == "starting":
-            self.state = "running"
+        if self.state is ActorState.STARTING:
+            self.state = ActorState.RUNNING
         return True
 
     async def _handle(self, call: Call, payload: list[Buffer]) -> None:
         self._running = call
+        self.handled += 1
         token = set_context(Context(self, Point(call.point, Extent.of(call.labels, call.sizes))))
         spec = self._endpoints.get(call.method)
         explicit = spec is not None and spec.explicit_response_port
+        sites = self._runtime.world.sites
+        observer = self._runtime.observer
+        observed = observer.handling(self, call) if observer is not None else None
+        raised: BaseException | None = None
         try:
             if spec is None:
                 raise AttributeError(f"{self.class_name} has no endpoint {call.method!r}")
-            if sites.active is not None and sites.active.should_raise(self.name, call.method):
-                raise sites.InjectedFault(f"fault injected at {self.name}.{call.method}")
+            if sites is not None:
+                sites.check_call(self.name, call.method)
             args, kwargs = loads(payload)
             if explicit:
                 args = (Port(call.reply, call.point), *args)
+            self._in_async_call = spec.is_async
             result = await self._invoke(
                 partial(getattr(self._obj, call.method), *args, **kwargs), spec.is_async
             )
         except Exception as exc:
+            raised = exc
             if call.reply is not None and not explicit:
                 self._runtime.send_reply(
                     self, call.reply, call.point, actor_error_payload(self.actor_id, exc), True
@@ -351,9 +555,15 @@ class Instance:
                 how = "an explicit-port" if explicit else "a broadcast"
                 self._fail(f"endpoint {call.method} ({how} call) raised {_describe(exc)}", exc)
                 self._runtime.reply_error(call, self._failure_error(), self)
+        except BaseException as exc:
+            raised = exc
+            if self._ours(exc):
+                raise
+            self._fail(f"endpoint {call.method} raised {_describe(exc)}", exc)
+            self._runtime.reply_error(call, self._failure_error(), self)
         else:
             if call.reply is not None and not explicit:
-                if sites.active is not None and (delay := sites.active.delay("reply")):
+                if sites is not None and (delay := sites.delay("reply")):
                     await asyncio.sleep(delay)
                 try:
                     frames = dumps(result, f"result of {self.class_name}.{call.method}")
@@ -364,7 +574,10 @@ class Instance:
                 self._runtime.send_reply(self, call.reply, call.point, frames, error)
         finally:
             self._running = None
+            self._in_async_call = False
             reset_context(token)
+            if observer is not None:
+                observer.handled(observed, raised)
 
     async def _supervise(self, failure: MeshFailure) -> None:
         """Offer ``failure`` to ``__supervise__``; unhandled, it fails this actor in turn."""
@@ -379,7 +592,9 @@ class Instance:
             if not handled:
                 cause = "a mesh it owns failed and __supervise__ did not handle it"
                 self._fail(cause, chained=failure)
-        except Exception as exc:
+        except BaseException as exc:
+            if self._ours(exc):
+                raise
             self._fail(f"__supervise__ raised {_describe(exc)}", exc, chained=failure)
         finally:
             reset_context(token)
@@ -395,11 +610,15 @@ class Instance:
     def _fail(
         self, cause: str, exc: BaseException | None = None, chained: MeshFailure | None = None
     ) -> None:
-        """The actor dies: queued messages get `SupervisionError`, its owner is told."""
-        if self.state in ("failed", "stopped"):
+        """The actor dies: queued messages get `SupervisionError`, its owner is told.
+
+        If it dies while an async endpoint is suspended (its ``__supervise__`` gave
+        up meanwhile), that call ends now with the same error.
+        """
+        if self.state in (ActorState.FAILED, ActorState.STOPPED):
             return
-        constructed = self.state != "starting"
-        self.state = "failed"
+        constructed = self.state is not ActorState.STARTING
+        self.state = ActorState.FAILED
         tb = remote_traceback(exc) if exc is not None else None
         self._failure = MeshFailure(
             mesh_name=self.name,
@@ -414,12 +633,27 @@ class Instance:
             chained=chained,
         )
         log.warning("actor %s failed: %s%s", self.actor_id, cause, f"\n{tb.rstrip()}" if tb else "")
-        self._runtime.trace.record("fail", self._runtime.proc_id, actor=self.actor_id, cause=cause)
+        self._runtime.trace.record(
+            ev.Fail(proc=self._runtime.proc_id, actor=self.actor_id, cause=cause)
+        )
+        if self._runtime.observer is not None:
+            self._runtime.observer.actor_failed(self, cause)
+        if self._in_async_call and asyncio.current_task() is not self._task:
+            self._end_running_call(self._failure_error())
         self._drain(self._failure_error())
-        self._runtime.retire(self, self._failure_error())
+        self._runtime.on_loop(self._runtime.retire, self, self._failure_error())
         if self.owner is not None:
             self._runtime.send_failure(self, self.owner, self._failure)
-        self._runtime.loop.create_task(self._end_failed(exc, constructed))
+        self.loop.create_task(self._end_failed(exc, constructed))
+
+    def _end_running_call(self, reason: BaseException) -> None:
+        """Cancel the message loop and answer the call it was handling with ``reason``."""
+        self._ending = True
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        if self._running is not None:
+            self._runtime.reply_error(self._running, reason, self)
+            self._running = None
 
     async def _end_failed(self, exc: BaseException | None, constructed: bool) -> None:
         """After a failure: the meshes it owns stop, then ``__cleanup__(exc)`` if it was built."""
@@ -439,31 +673,17 @@ class Instance:
     def _release(self) -> None:
         if self._runner is not None:
             self._runner.close()
+        self._runtime.on_loop(self._settle_stopped)
+
+    def _settle_stopped(self) -> None:
         if self._stopped is not None and not self._stopped.done():
             self._stopped.set_result(None)
 
-    async def stop(self, timeout: float | None = None) -> None:
-        """Stop gracefully: finish queued messages, stop owned meshes, run ``__cleanup__``.
-
-        After ``timeout`` seconds the actor is abandoned without cleanup.
-        """
-        if self.state in ("starting", "running"):
-            self.state = "stopping"
-            assert self._mailbox is not None
-            self._mailbox.put(None)
-        if self._stopped is None:
-            return
-        try:
-            await asyncio.wait_for(asyncio.shield(self._stopped), timeout)
-        except asyncio.TimeoutError:
-            log.warning("actor %s did not stop within %s s; abandoned", self.actor_id, timeout)
-            self.abandon(self._stopped_error())
-
     async def stop_owned(self) -> None:
         """Stop the meshes this actor spawned, newest first."""
-        set_context(self.context)
+        self.enter()
         while self.owned:
-            await self.owned.pop()._stop_as_owner()
+            await self.owned.pop().stop()
 
     async def _cleanup(self, exc: BaseException | None) -> None:
         cleanup = getattr(self._obj, "__cleanup__", None)
@@ -472,7 +692,9 @@ class Instance:
         token = set_context(self.context)
         try:
             await self._invoke(partial(cleanup, exc), asyncio.iscoroutinefunction(cleanup))
-        except Exception:
+        except BaseException as err:
+            if self._ours(err):
+                raise
             log.exception("__cleanup__ of %s raised", self.actor_id)
         finally:
             reset_context(token)
@@ -480,23 +702,18 @@ class Instance:
     async def _finish(self) -> None:
         await self.stop_owned()
         await self._cleanup(None)
-        self.state = "stopped"
-        self._runtime.trace.record("stop", self._runtime.proc_id, actor=self.actor_id)
-        self._runtime.retire(self, self._stopped_error())
+        self.state = ActorState.STOPPED
+        self._runtime.trace.record(ev.Stop(proc=self._runtime.proc_id, actor=self.actor_id))
+        self._runtime.on_loop(self._runtime.retire, self, self._stopped_error())
         self._release()
 
-    def abandon(self, reason: BaseException) -> None:
-        """End at once, without cleanup; the call it was running is answered with ``reason``."""
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-        if self._running is not None:
-            self._runtime.reply_error(self._running, reason, self)
-            self._running = None
+    def _abandon(self, reason: BaseException) -> None:
+        self._end_running_call(reason)
         if self._mailbox is not None:
             self._drain(reason)
-        if self.state != "failed":
-            self.state = "stopped"
-        self._runtime.retire(self, reason)
+        if self.state is not ActorState.FAILED:
+            self.state = ActorState.STOPPED
+        self._runtime.on_loop(self._runtime.retire, self, reason)
         self._release()
 
 

@@ -2,8 +2,8 @@
 
 A mesh object is a reference: it pickles into any message, and code holding it
 anywhere can message it. The mesh that `spawn`/`spawn_procs` returned to its
-owner also carries the owner's view of its lifecycle (stopped, failed members,
-members replaced by restarts), which slices of it share.
+owner also carries the owner's view of it, an `OwnedMesh` (stopped, failed
+members, members replaced by restarts), which slices of it share.
 """
 
 from __future__ import annotations
@@ -11,73 +11,25 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from danaus.core.actor import Actor, EndpointSpec, endpoints_of
+from danaus.core.blocking import discard_outcome
 from danaus.core.context import context
 from danaus.core.endpoint import Endpoint
-from danaus.core.errors import MeshStoppedError, SupervisionError
+from danaus.core.errors import SupervisionError
 from danaus.core.future import Future
 from danaus.core.instance import SpawnOrder
+from danaus.core.names import NumberedNames
+from danaus.core.owned import STOP_TIMEOUT, OwnedMesh
 from danaus.core.serialize import dumps
 from danaus.core.shape import Extent, MeshTrait, Shape
-from danaus.core.supervision import MeshFailure, RestartPolicy
-from danaus.transports.base import NumberedNames
+from danaus.core.supervision import RestartPolicy
 
 if TYPE_CHECKING:
     from danaus.core.instance import Instance
-    from danaus.core.runtime import Runtime
 
 T = TypeVar("T", bound=Actor)
-
-STOP_TIMEOUT = 10.0
-"""Seconds a graceful stop may take before actors are abandoned and procs killed."""
-
-
-class _Lifecycle:
-    """The owner's view of a mesh it spawned: shared by the mesh and its slices."""
-
-    __slots__ = (
-        "children",
-        "failed",
-        "incarnations",
-        "initialized",
-        "mesh",
-        "name",
-        "owner",
-        "policy",
-        "procs",
-        "replacements",
-        "spawn",
-        "stopped",
-    )
-
-    def __init__(self, name: str, initialized: Future[Any] | None = None) -> None:
-        self.name = name
-        self.stopped = False
-        self.initialized = initialized
-        self.mesh: Any = None
-        self.owner: Instance | None = None
-        self.children: list[_Lifecycle] = []
-        self.failed: dict[int, MeshFailure] = {}
-        self.procs: list[str] | None = None
-        self.spawn: SpawnOrder | None = None
-        self.policy: RestartPolicy | None = None
-        self.replacements: list[ProcMesh] = []
-        self.incarnations: dict[int, int] = {}
-        """How often each restarted member (by base rank) has been spawned again."""
-
-    def end(self) -> bool:
-        """Refuse messages from now on, unwatched and off the owner's list; False if already so."""
-        if self.stopped:
-            return False
-        self.stopped = True
-        if self.owner is not None:
-            self.owner._runtime.supervisor.release(self.mesh._mesh_id)
-            if self.mesh in self.owner.owned:
-                self.owner.owned.remove(self.mesh)
-        return True
 
 
 def _caller() -> Instance:
@@ -85,36 +37,24 @@ def _caller() -> Instance:
 
 
 class _Mesh(MeshTrait):
-    """What host, proc and actor meshes share: members on procs, a shape, a lifecycle."""
+    """What host, proc and actor meshes share: members on procs, a shape, an owner's view."""
 
     _procs: Sequence[str]
-    _life: _Lifecycle | None
+    _owned: OwnedMesh | None
     _mesh_id: str
     _kind = "mesh"
 
     def _members(self) -> Sequence[str]:
         """The procs of the members, by position in the base list (after any restarts)."""
-        if self._life is not None and self._life.procs is not None:
-            return self._life.procs
-        return self._procs
+        return self._owned.members(self._procs) if self._owned is not None else self._procs
 
     def _targets(self) -> list[tuple[str, int]]:
         procs = self._members()
         return [(procs[rank], index) for index, rank in enumerate(self._shape.ranks())]
 
     def _check_usable(self) -> None:
-        life = self._life
-        if life is None:
-            return
-        if life.stopped:
-            raise MeshStoppedError(f"{self._kind} {life.name!r} has been stopped")
-        if life.failed:
-            for rank in self._shape.ranks():
-                failure = life.failed.get(rank)
-                if failure is not None:
-                    raise SupervisionError(
-                        f"{self._kind} {life.name!r} has failed: {failure}", failure
-                    )
+        if self._owned is not None:
+            self._owned.check_usable(self._shape)
 
     async def __aenter__(self) -> Any:
         return self
@@ -130,32 +70,27 @@ class _Mesh(MeshTrait):
         abandoned (and procs killed). Stopping is not a failure.
         """
         owner = _caller()
-        if not self._stopping():
+        owned = self._owner_view()
+        if not owned.end():
             return owner._runtime.done()
-        assert self._life is not None
-        return owner._runtime.submit(self._life.mesh._stop_members(timeout))
-
-    async def _stop_as_owner(self) -> None:
-        if self._stopping():
-            await self._stop_members(STOP_TIMEOUT)
+        return owner._runtime.submit(owned.mesh._stop_members(timeout))
 
     async def _stop_members(self, timeout: float) -> None:
         raise NotImplementedError
 
-    def _own(self, owner: Instance) -> Any:
-        assert self._life is not None
-        self._life.mesh = self
-        self._life.owner = owner
-        owner.owned.append(self)
+    def _own(self, owned: OwnedMesh) -> Any:
+        """Become the whole mesh ``owned`` describes, on its owner's list."""
+        owned.mesh = self
+        owned.owner.owned.append(owned)
         return self
 
-    def _stopping(self) -> bool:
-        """Mark stopped; False if it already was. Only the owner's mesh can be stopped."""
-        if self._life is None:
+    def _owner_view(self) -> OwnedMesh:
+        """The owner's view of this mesh; only the owner's mesh and its slices have one."""
+        if self._owned is None:
             raise NotImplementedError(
                 f"only the owner of this {self._kind} can stop it; this is a reference to it"
             )
-        return self._life.end()
+        return self._owned
 
 
 class HostMesh(_Mesh):
@@ -167,7 +102,7 @@ class HostMesh(_Mesh):
     def __init__(self, agents: Sequence[str], shape: Shape) -> None:
         self._procs = agents
         self._shape = shape
-        self._life = None
+        self._owned = None
 
     @classmethod
     def single(cls, agent: str) -> HostMesh:
@@ -194,34 +129,43 @@ class HostMesh(_Mesh):
         """
         if bootstrap is not None:
             raise NotImplementedError("custom bootstrap is not supported")
-        extent = Extent.from_dict(per_host or {})
+        extent = Extent.from_dict({} if per_host is None else per_host)
         overlap = set(extent.labels) & set(self._shape.labels)
         if overlap:
             raise ValueError(f"per_host dimensions {sorted(overlap)} are already host dimensions")
         owner = _caller()
+        count = extent.nelements
+        limit = owner._runtime.world.max_procs_per_host
+        if count > limit:
+            raise ValueError(
+                f"spawn_procs asks for {count} procs per host, more than the limit of {limit} "
+                "(max_procs_per_host, a configure() option)"
+            )
         mesh_id = owner._runtime.new_id()
         name = name or "procs"
-        count = extent.nelements
         shape = Shape.from_extent(
             Extent(self._shape.labels + extent.labels, self._shape.ndslice.sizes + extent.sizes)
         )
         started = self._agents().spawn_procs._fold((mesh_id, count, name), {}, None, _ignore)
+        # A proc lost while starting is reported by supervision; unread, this is no news.
+        owner._runtime.on_loop(started._afut.add_done_callback, discard_outcome)
         procs = NumberedNames(f"{mesh_id}.", len(self) * count)
-        mesh = ProcMesh(mesh_id, procs, shape, self, _Lifecycle(name, started))
-        return mesh._own(owner)
+        owned = OwnedMesh(name, ProcMesh._kind, owner, initialized=started)
+        return ProcMesh(mesh_id, procs, shape, self, owned)._own(owned)
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> Future[None]:
         """Stop every proc mesh the caller spawned on these hosts."""
         owner = _caller()
         hosts = set(self._procs)
         mine = [
-            m for m in owner.owned if isinstance(m, ProcMesh) and set(m._host_mesh._procs) & hosts
+            owned
+            for owned in owner.owned
+            if isinstance(owned.mesh, ProcMesh) and set(owned.mesh._host_mesh._procs) & hosts
         ]
 
         async def stop_all() -> None:
-            for mesh in reversed(mine):
-                if mesh._stopping():
-                    await mesh._stop_members(timeout)
+            for owned in reversed(mine):
+                await owned.stop(timeout)
 
         return owner._runtime.submit(stop_all())
 
@@ -243,20 +187,20 @@ class ProcMesh(_Mesh):
         procs: Sequence[str],
         shape: Shape,
         host_mesh: HostMesh,
-        life: _Lifecycle | None = None,
+        owned: OwnedMesh | None = None,
     ) -> None:
         self._mesh_id = mesh_id
         self._procs = procs
         self._shape = shape
         self._host_mesh = host_mesh
-        self._life = life
+        self._owned = owned
 
     @classmethod
     def single(cls, proc: str, host_mesh: HostMesh) -> ProcMesh:
         return cls(proc, (proc,), Shape.unity(), host_mesh)
 
     def _with_shape(self, shape: Shape) -> ProcMesh:
-        return ProcMesh(self._mesh_id, self._procs, shape, self._host_mesh, self._life)
+        return ProcMesh(self._mesh_id, self._procs, shape, self._host_mesh, self._owned)
 
     @property
     def host_mesh(self) -> HostMesh:
@@ -265,8 +209,8 @@ class ProcMesh(_Mesh):
     @property
     def initialized(self) -> Future[Any]:
         """Settles when every proc has started."""
-        if self._life is not None and self._life.initialized is not None:
-            return self._life.initialized
+        if self._owned is not None and self._owned.initialized is not None:
+            return self._owned.initialized
         return _proc_agents(self).ping._fold((), {}, None, _ignore)
 
     def host_of(self, base: int) -> HostMesh:
@@ -319,29 +263,27 @@ class ProcMesh(_Mesh):
             (runtime.proc_id, owner.key),
             self,
         )
-        life = _Lifecycle(name)
-        life.spawn = order
-        life.policy = restart
+        owned = OwnedMesh(name, ActorMesh._kind, owner, spawn=order, policy=restart)
         mesh: ActorMesh[T] = ActorMesh(
-            mesh_id, name, endpoints, self._members(), self._shape, self, life
+            mesh_id, name, endpoints, self._members(), self._shape, self, owned
         )
-        if self._life is not None:
-            self._life.children.append(life)
-        mesh._own(owner)
-        runtime.supervisor.adopt(owner, mesh)
+        if self._owned is not None:
+            self._owned.children.append(owned)
+        mesh._own(owned)
+        runtime.supervisor.adopt(owned)
         _proc_agents(self).spawn.broadcast(order)
         return mesh
 
     async def _stop_members(self, timeout: float) -> None:
         """Stop every actor on these procs (children first), then end the procs."""
-        assert self._life is not None
-        for child in self._life.children:
+        owned = self._owner_view()
+        for child in owned.children:
             child.end()
         with contextlib.suppress(SupervisionError):
             await _proc_agents(self).stop_all.call(timeout)
         await self._host_mesh._agents().stop_procs.call(self._mesh_id, timeout)
-        for replacement in self._life.replacements:
-            await replacement._stop_as_owner()
+        for replacement in owned.replacements:
+            await replacement._owner_view().stop()
 
     def __repr__(self) -> str:
         return f"<ProcMesh {self._mesh_id} {self.sizes}>"
@@ -363,7 +305,7 @@ class ActorMesh(_Mesh, Generic[T]):
         procs: Sequence[str],
         shape: Shape,
         proc_mesh: ProcMesh | None = None,
-        life: _Lifecycle | None = None,
+        owned: OwnedMesh | None = None,
     ) -> None:
         self._mesh_id = mesh_id
         self._name = name
@@ -371,7 +313,7 @@ class ActorMesh(_Mesh, Generic[T]):
         self._procs = procs
         self._shape = shape
         self._proc_mesh = proc_mesh
-        self._life = life
+        self._owned = owned
 
     def _with_shape(self, shape: Shape) -> ActorMesh[T]:
         return ActorMesh(
@@ -381,7 +323,7 @@ class ActorMesh(_Mesh, Generic[T]):
             self._procs,
             shape,
             self._proc_mesh,
-            self._life,
+            self._owned,
         )
 
     def __getattr__(self, name: str) -> Endpoint[Any]:
@@ -409,46 +351,6 @@ class ActorMesh(_Mesh, Generic[T]):
         """No new messages; queued ones finish; owned meshes stop; then ``__cleanup__``."""
         with contextlib.suppress(SupervisionError):
             await _proc_agents(self).stop_actor.call(self._mesh_id, timeout)
-
-    async def _stop_ranks(self, bases: list[int]) -> None:
-        """Stop the members at these positions of the base list (for a one_for_all restart)."""
-        procs = self._members()
-        for base in bases:
-            with contextlib.suppress(SupervisionError):
-                await agent_of(procs[base]).stop_actor.call(self._mesh_id, STOP_TIMEOUT)
-
-    async def _respawn(self, bases: list[int], runtime: Runtime) -> None:
-        """Spawn the members at these positions again; those whose proc died get a new proc.
-
-        Restarts of other members may run meanwhile: the member list is read again
-        after the new procs are up, and only these positions change.
-        """
-        life = self._life
-        assert life is not None and life.spawn is not None and self._proc_mesh is not None
-        moved = {}
-        for base in bases:
-            if runtime.is_lost(self._members()[base]):
-                moved[base] = await self._replacement_proc(base)
-        procs = list(self._members())
-        for base, proc in moved.items():
-            procs[base] = proc
-        life.procs = procs
-        incarnation = max(life.incarnations.values(), default=0) + 1
-        for index, base in enumerate(self._shape.ranks()):
-            if base in bases:
-                life.incarnations[base] = incarnation
-                order = replace(life.spawn, rank=self._shape.point(index), incarnation=incarnation)
-                agent_of(procs[base]).spawn.broadcast(order)
-
-    async def _replacement_proc(self, base: int) -> str:
-        """A new proc on the dead one's host, owned by the caller; it stops with the old mesh."""
-        proc_mesh = self._proc_mesh
-        assert proc_mesh is not None
-        replacement = proc_mesh.host_of(base).spawn_procs(name=self._name)
-        if proc_mesh._life is not None:
-            proc_mesh._life.replacements.append(replacement)
-        await replacement.initialized
-        return replacement._members()[0]
 
     def __repr__(self) -> str:
         return f"<ActorMesh {self._name} {self.sizes}>"

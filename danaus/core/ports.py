@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from danaus.core.context import context
-from danaus.core.errors import SupervisionError
+from danaus.core.errors import SerializationError, SupervisionError
 from danaus.core.future import Future
 from danaus.core.serialize import Buffer, dumps, loads
 from danaus.core.shape import Shape
@@ -22,6 +22,7 @@ from danaus.core.value_mesh import ValueMesh
 from danaus.core.wire import PortRef
 
 if TYPE_CHECKING:
+    from danaus.core.instance import Instance
     from danaus.core.runtime import Runtime
 
 R = TypeVar("R")
@@ -55,12 +56,20 @@ class PortHandler:
         self.runtime.close_port(self.port)
 
 
-def decode(payload: list[Buffer], error: bool) -> tuple[Any, BaseException | None]:
-    """The value in a reply, or the exception it carries."""
+def decode(payload: list[Buffer], error: bool, what: str) -> tuple[Any, BaseException | None]:
+    """The value in a reply, or the exception it carries.
+
+    A payload that cannot be unpickled here (its class cannot be imported, say)
+    becomes a `SerializationError` naming ``what`` arrived, chained to the cause.
+    """
     try:
         value = loads(payload)
     except Exception as exc:
-        return None, exc
+        failed = SerializationError(
+            f"{what} could not be unpickled here: {type(exc).__name__}: {exc}"
+        )
+        failed.__cause__ = exc
+        return None, failed
     if error:
         return None, value if isinstance(value, BaseException) else RuntimeError(repr(value))
     return value, None
@@ -68,6 +77,12 @@ def decode(payload: list[Buffer], error: bool) -> tuple[Any, BaseException | Non
 
 class ReplyHandler(PortHandler):
     """Waits for one reply from each of a known list of procs (one per messaged rank)."""
+
+    caller: Instance | None = None
+    """The actor that made the call (it waits for these replies)."""
+    actor = ""
+    """The key of the called actors on their procs."""
+    method = ""
 
     def __init__(self, procs: Sequence[str]) -> None:
         self.procs = procs
@@ -77,7 +92,8 @@ class ReplyHandler(PortHandler):
         if rank not in self.remaining:
             return
         self.remaining.discard(rank)
-        value, exc = decode(payload, error)
+        what = f"the answer of {self.method or 'a call'} from proc {self.procs[rank]}"
+        value, exc = decode(payload, error, what)
         self.arrived(rank, value, exc)
         if not self.remaining:
             self.close()
@@ -153,7 +169,7 @@ class FoldHandler(ReplyHandler):
         if exc is None:
             try:
                 self.acc = self.combine(self.acc, value)
-            except Exception as err:
+            except BaseException as err:  # user code: it must not stop the loop that runs it
                 exc = err
         if exc is not None:
             _settle(self.afut, error=exc)
@@ -172,7 +188,7 @@ class QueueHandler(PortHandler):
         self.waiters: deque[asyncio.Future[Any]] = deque()
 
     def deliver(self, rank: int, payload: list[Buffer], error: bool) -> None:
-        value, exc = decode(payload, error)
+        value, exc = decode(payload, error, "a message sent to a port")
         if self.ranked and exc is None:
             value = (rank, value)
         while self.waiters and self.waiters[0].done():

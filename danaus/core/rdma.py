@@ -21,7 +21,7 @@ from danaus.core.context import context
 from danaus.core.errors import MeshStoppedError
 from danaus.core.future import Future
 from danaus.core.runtime import Runtime
-from danaus.transports.base import DeviceMemory, Memory, MemoryHandle, Transport
+from danaus.core.transport import DeviceMemory, Memory, MemoryHandle, Transport
 
 DEFAULT_TIMEOUT = 60.0
 

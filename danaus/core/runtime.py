@@ -12,24 +12,27 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-from danaus.core.errors import MeshStoppedError, SupervisionError
+from danaus.core import trace as ev
+from danaus.core.config import fault_hook
+from danaus.core.errors import MeshStoppedError, SerializationError, SupervisionError
 from danaus.core.future import Future, transfer_outcome
-from danaus.core.instance import Instance
+from danaus.core.instance import Instance, InstanceKind
+from danaus.core.observer import Observer, from_environment
 from danaus.core.ports import PortHandler, ReplyHandler
 from danaus.core.serialize import Buffer, dumps, loads, nbytes
 from danaus.core.shape import Shape
 from danaus.core.supervision import MeshFailure
 from danaus.core.supervisor import Supervisor
-from danaus.core.wire import Call, Fail, FrameError, PortRef, Reply, decode, encode
-from danaus.transports.base import ProcLoss, Transport
+from danaus.core.transport import ProcLoss, Transport
+from danaus.core.waits import Wait
+from danaus.core.wire import Call, Fail, FrameError, PortRef, Reply, decode, encode, reply_port
 
 if TYPE_CHECKING:
     from danaus.core.actor import Actor
-    from danaus.transports.base import World
+    from danaus.core.transport import World
 
 log = logging.getLogger("danaus.runtime")
 
@@ -68,6 +71,9 @@ class Runtime:
         self._ids = itertools.count(1)
         self.pid = pid
         """The OS process id of this proc, where it has one of its own."""
+        self.observer: Observer | None = None
+        """Instrumentation told of calls and failures (`danaus.core.observer`); None: off."""
+        self.observe(from_environment())
         self.client = Instance.client(self)
         self.supervisor = Supervisor(self)
 
@@ -76,6 +82,12 @@ class Runtime:
         for key, actor in (system_actors or {}).items():
             self._actors[key] = Instance.system(self, key, actor)
         self.transport.start(self._on_frames, self._on_loss)
+
+    def observe(self, observer: Observer | None) -> None:
+        """Report to ``observer`` from now on (None: to nobody)."""
+        self.observer = observer
+        if observer is not None:
+            observer.attach(self)
 
     def new_id(self) -> str:
         """An id unique in the whole job: this proc's id and a counter."""
@@ -121,18 +133,29 @@ class Runtime:
         seq = sender.next_seq()
         labels, sizes = shape.labels, shape.ndslice.sizes
         size = nbytes(payload)
+        tracing = self.trace.enabled
+        observer = self.observer
+        carried = (
+            None
+            if observer is None
+            else observer.call_sent(sender, actor, method, len(targets), reply)
+        )
         for proc, point in targets:
-            envelope = Call(actor, method, reply, point, labels, sizes, sender.actor_id, seq)
-            self.trace.record(
-                "send",
-                self.proc_id,
-                src=sender.actor_id,
-                seq=seq,
-                dst=proc,
-                actor=actor,
-                method=method,
-                bytes=size,
+            envelope = Call(
+                actor, method, reply, point, labels, sizes, sender.actor_id, seq, carried
             )
+            if tracing:
+                self.trace.record(
+                    ev.CallSent(
+                        proc=self.proc_id,
+                        src=sender.actor_id,
+                        seq=seq,
+                        dst=proc,
+                        actor=actor,
+                        method=method,
+                        bytes=size,
+                    )
+                )
             if reply is not None:
                 self.watch(proc)
             self.transport.send(proc, encode(envelope, payload))
@@ -141,16 +164,18 @@ class Runtime:
         self, sender: Instance, port: PortRef, rank: int, payload: list[Buffer], error: bool
     ) -> None:
         seq = sender.next_seq()
-        self.trace.record(
-            "send",
-            self.proc_id,
-            src=sender.actor_id,
-            seq=seq,
-            dst=port.proc,
-            port=port.port,
-            error=error,
-            bytes=nbytes(payload),
-        )
+        if self.trace.enabled:
+            self.trace.record(
+                ev.ReplySent(
+                    proc=self.proc_id,
+                    src=sender.actor_id,
+                    seq=seq,
+                    dst=port.proc,
+                    port=port.port,
+                    error=error,
+                    bytes=nbytes(payload),
+                )
+            )
         self.transport.send(
             port.proc, encode(Reply(port.port, rank, error, sender.actor_id, seq), payload)
         )
@@ -159,7 +184,9 @@ class Runtime:
         """Tell the owner of ``sender``'s mesh that ``sender`` failed."""
         proc, key = owner
         seq = sender.next_seq()
-        self.trace.record("send", self.proc_id, src=sender.actor_id, seq=seq, dst=proc, failure=key)
+        self.trace.record(
+            ev.FailureSent(proc=self.proc_id, src=sender.actor_id, seq=seq, dst=proc, failure=key)
+        )
         self.transport.send(proc, encode(Fail(key, sender.actor_id, seq), dumps(failure)))
 
     def watch(self, proc: str) -> None:
@@ -176,10 +203,24 @@ class Runtime:
     def is_lost(self, proc: str) -> bool:
         return proc in self._lost
 
+    def losses(self) -> list[ProcLoss]:
+        """The procs this one learned are gone, in the order it learned it."""
+        return list(self._lost.values())
+
+    def failures(self) -> list[MeshFailure]:
+        """Why the actors that failed here failed (until a restart replaces them)."""
+        return [
+            reason.failure
+            for reason in list(self._gone.values())
+            if isinstance(reason, SupervisionError) and isinstance(reason.failure, MeshFailure)
+        ]
+
     def unhandled(self, failure: MeshFailure) -> None:
-        """A failure reached the root: ``danaus.unhandled_fault_hook`` decides (exactly once)."""
-        hook = sys.modules["danaus"].unhandled_fault_hook
-        self.trace.record("unhandled", self.proc_id, mesh=failure.mesh_id, cause=failure.cause)
+        """A failure reached the root: the world's unhandled-fault hook decides (exactly once)."""
+        hook = fault_hook(self.world)
+        self.trace.record(
+            ev.Unhandled(proc=self.proc_id, mesh=failure.mesh_id, cause=failure.cause)
+        )
         try:
             hook(failure)
         except SystemExit as exit_:
@@ -203,6 +244,20 @@ class Runtime:
 
     def close_port(self, port: int) -> None:
         self._ports.pop(port, None)
+        if self.observer is not None:
+            self.observer.port_closed(self, port)
+
+    def waits(self) -> list[Wait]:
+        """The calls that actors of this proc wait on (to name a deadlock)."""
+        found = []
+        for handler in self._ports.values():
+            if not isinstance(handler, ReplyHandler) or handler.caller is None:
+                continue
+            ranks = sorted(handler.remaining)
+            targets = dict.fromkeys((handler.procs[r], handler.actor) for r in ranks)
+            if targets:
+                found.append(Wait(handler.caller, handler.method, tuple(targets)))
+        return found
 
     def unanswered_calls(self) -> list[list[str]]:
         """For each call still waiting for answers, the procs it waits on (read by checkers)."""
@@ -228,7 +283,12 @@ class Runtime:
         self._gone[instance.key] = reason
 
     def actors(self) -> list[Instance]:
-        return [a for a in self._actors.values() if not a.is_system]
+        """The user actors hosted here."""
+        return [a for a in self._actors.values() if a.kind is InstanceKind.USER]
+
+    def instances(self) -> list[Instance]:
+        """Every instance here: the client, the agents and the user actors."""
+        return [self.client, *self._actors.values()]
 
     # ---- receiving -----------------------------------------------------------------
 
@@ -237,22 +297,43 @@ class Runtime:
             envelope, payload = decode(frames, self.max_payload)
         except FrameError as exc:
             log.error("proc %s rejected a message from %s: %s", self.proc_id, src, exc)
+            self._refuse(src, frames, exc)
             return
+        tracing = self.trace.enabled
         if isinstance(envelope, Call):
-            self.trace.record(
-                "recv", self.proc_id, src=envelope.sender, seq=envelope.seq, actor=envelope.actor
-            )
+            if tracing:
+                self.trace.record(
+                    ev.CallReceived(
+                        proc=self.proc_id,
+                        src=envelope.sender,
+                        seq=envelope.seq,
+                        actor=envelope.actor,
+                    )
+                )
             self._route_call(envelope, payload)
         elif isinstance(envelope, Reply):
-            self.trace.record(
-                "recv", self.proc_id, src=envelope.sender, seq=envelope.seq, port=envelope.port
-            )
+            if tracing:
+                self.trace.record(
+                    ev.ReplyReceived(
+                        proc=self.proc_id, src=envelope.sender, seq=envelope.seq, port=envelope.port
+                    )
+                )
             self._route_reply(envelope, payload)
         else:
             self.trace.record(
-                "recv", self.proc_id, src=envelope.sender, seq=envelope.seq, failure=envelope.owner
+                ev.FailureReceived(
+                    proc=self.proc_id, src=envelope.sender, seq=envelope.seq, failure=envelope.owner
+                )
             )
             self._route_failure(payload)
+
+    def _refuse(self, src: str, frames: list[Buffer], error: FrameError) -> None:
+        """Tell the sender of a rejected call why, where it waits for the answer."""
+        waiting = reply_port(frames, src)
+        if waiting is not None:
+            port, point = waiting
+            refused = SerializationError(f"proc {self.proc_id} rejected the call: {error}")
+            self.send_reply(self.client, port, point, dumps(refused), error=True)
 
     def _route_call(self, call: Call, payload: list[Buffer]) -> None:
         instance = self._actors.get(call.actor)
@@ -281,7 +362,7 @@ class Runtime:
         if loss.proc in self._lost:
             return
         self._lost[loss.proc] = loss
-        self.trace.record("lost", self.proc_id, peer=loss.proc, reason=loss.reason)
+        self.trace.record(ev.Lost(proc=self.proc_id, peer=loss.proc, reason=loss.reason))
         self._fail_pending(loss)
         self.supervisor.on_loss(loss)
 

@@ -3,8 +3,9 @@
 ``dumps`` returns a list of frames: the pickle stream first, then one frame per
 large buffer (numpy arrays, CPU torch tensors, big bytes/bytearray/memoryview),
 which a transport can send without copying. Received numpy arrays, tensors and
-memoryviews use the frame's memory as is; bytes and bytearray, which own their
-memory, are copied once on arrival. Classes and functions defined in
+memoryviews use the frame's memory, which is writable and the receiver's own (a
+read-only frame is copied first); bytes and bytearray, which own their memory,
+are copied once on arrival. Classes and functions defined in
 ``__main__``, in test modules or in notebooks travel by value (cloudpickle), so
 they work in worker processes that cannot import them.
 """
@@ -139,8 +140,18 @@ def dumps(obj: Any, what: str = "value") -> list[Buffer]:
 
 
 def loads(frames: Sequence[Buffer]) -> Any:
-    """Unpickle frames made by `dumps`."""
-    return pickle.loads(frames[0], buffers=frames[1:])
+    """Unpickle frames made by `dumps`.
+
+    Arrays, tensors and memoryviews rebuilt from out-of-band frames use the
+    frames' memory, so each frame must be writable and the receiver's own; a
+    read-only one (a small zmq frame, say) is copied first.
+    """
+    return pickle.loads(frames[0], buffers=[_writable(frame) for frame in frames[1:]])
+
+
+def _writable(frame: Buffer) -> Buffer:
+    view = memoryview(frame)
+    return bytearray(view) if view.readonly else frame
 
 
 def nbytes(frames: Sequence[Buffer]) -> int:

@@ -33,10 +33,13 @@ class Extent(Mapping[str, int]):
             raise ValueError(f"dimension labels must be unique, got {labels}")
         for label, size in zip(labels, sizes):
             _check_label(label)
-            if not isinstance(size, int) or size < 1:
-                raise ValueError(
-                    f"size of dimension {label!r} must be a positive int, got {size!r}"
+            if not isinstance(size, int) or isinstance(size, bool):
+                raise TypeError(
+                    f"size of dimension {label!r} must be an int, got {type(size).__name__} "
+                    f"{size!r}"
                 )
+            if size < 1:
+                raise ValueError(f"size of dimension {label!r} must be positive, got {size}")
         self._labels = labels
         self._sizes = sizes
         self._nelements = math.prod(sizes)
@@ -49,6 +52,11 @@ class Extent(Mapping[str, int]):
 
     @classmethod
     def from_dict(cls, sizes: Mapping[str, int]) -> Extent:
+        """An extent from ``{label: size}``; a `TypeError` if ``sizes`` is not a mapping."""
+        if not isinstance(sizes, Mapping):
+            raise TypeError(
+                f"dimensions must be a dict of label to size, got {type(sizes).__name__} {sizes!r}"
+            )
         return cls(list(sizes), list(sizes.values()))
 
     @property
@@ -140,6 +148,13 @@ class Point(Mapping[str, int]):
 
     def __repr__(self) -> str:
         return f"Point({dict(self)})"
+
+    def __str__(self) -> str:
+        """Each dimension's coordinate and size, as Monarch writes them: ``{'gpus': 3/8}``."""
+        coords = self.coordinates()
+        sizes = self._extent.sizes
+        parts = (f"{label!r}: {c}/{n}" for label, c, n in zip(self._extent.labels, coords, sizes))
+        return "{" + ", ".join(parts) + "}"
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Point, (self._rank, self._extent))

@@ -47,8 +47,18 @@ class MeshFailure:
     mesh: ActorMesh[Any] | None = field(default=None, compare=False, repr=False)
 
     def report(self) -> str:
-        """A readable account of the failure and the chain that led to it."""
-        lines: list[str] = []
+        """A readable account of the failure and the chain that led to it.
+
+        The first line names the failure at the root of the chain, as Monarch's
+        reports do; then each failure from this one down to that root.
+        """
+        root = self
+        while root.chained is not None:
+            root = root.chained
+        lines = [
+            f"The actor {root.mesh_name}{root.rank} and all its descendants have failed: "
+            f"{root.cause}"
+        ]
         failure: MeshFailure | None = self
         depth = 0
         while failure is not None:

@@ -32,8 +32,12 @@ class PortRef(msgspec.Struct, frozen=True, array_like=True):
     port: int
 
 
-class Call(msgspec.Struct, tag="call", array_like=True):
-    """Run endpoint ``method`` of the actor ``actor`` on the receiving proc."""
+class Call(msgspec.Struct, tag="call", array_like=True, omit_defaults=True):
+    """Run endpoint ``method`` of the actor ``actor`` on the receiving proc.
+
+    ``carried`` is what instrumentation passes from caller to callee (an
+    OpenTelemetry span context); absent from the frame when instrumentation is off.
+    """
 
     actor: str
     method: str
@@ -43,6 +47,7 @@ class Call(msgspec.Struct, tag="call", array_like=True):
     sizes: tuple[int, ...]
     sender: str
     seq: int
+    carried: dict[str, str] | None = None
 
     def validate(self) -> None:
         if len(self.labels) != len(self.sizes) or any(s < 1 for s in self.sizes):
@@ -114,3 +119,31 @@ def decode(frames: Sequence[Buffer], max_bytes: int | None = None) -> tuple[Enve
         raise FrameError(f"bad envelope: {exc}") from None
     envelope.validate()
     return envelope, payload
+
+
+def reply_port(frames: Sequence[Buffer], sender: str) -> tuple[PortRef, int] | None:
+    """Where the sender of a rejected call waits for its answer, if the header says so.
+
+    Read leniently from a header `decode` refused, so that the sender hears why
+    instead of waiting forever: a call's reply port and point, when the port is
+    on ``sender`` itself (a rejection never goes to a third proc).
+    """
+    header = memoryview(frames[0]) if frames else memoryview(b"")
+    if header.nbytes > MAX_HEADER_BYTES or bytes(header[: len(_PREFIX)]) != _PREFIX:
+        return None
+    try:
+        raw = msgspec.msgpack.decode(header[len(_PREFIX) :])
+    except (msgspec.MsgspecError, ValueError):
+        return None
+    if not (isinstance(raw, list) and len(raw) >= 5 and raw[0] == "call"):
+        return None
+    port, point = raw[3], raw[4]
+    if (
+        isinstance(port, list)
+        and len(port) == 2
+        and port[0] == sender
+        and type(port[1]) is int
+        and type(point) is int
+    ):
+        return PortRef(sender, port[1]), point
+    return None

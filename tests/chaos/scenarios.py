@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from danaus import Actor, RestartPolicy, endpoint, this_host
+from danaus import Actor, RestartPolicy, endpoint, hosts, this_host
 from danaus.chaos import History, Scenario
 
 
@@ -78,3 +78,48 @@ class ReadsTheWallClock(Calm):
         sleeper = this_host().spawn_procs().spawn("s", Sleeper)
         for _ in range(1 + os.urandom(1)[0] % 5):
             await sleeper.ping.call_one()
+
+
+class Thrower(Actor):
+    @endpoint
+    def work(self, x: int) -> int:
+        return x
+
+    @endpoint
+    async def work_async(self, x: int) -> int:
+        await asyncio.sleep(0.01)
+        return x
+
+
+class ThrowsFromUserCode(Scenario):
+    """User code raises Exceptions and BaseExceptions at chosen calls: no call may wait forever.
+
+    The workload awaits every call without a timeout, so a call left hanging
+    stalls the run, which the liveness checker reports.
+    """
+
+    hosts = 2
+    duration = 2.0
+    settle = 3.0
+    kinds = ("throw", "crash")
+    endpoints = (("thrower", "work"), ("thrower", "work_async"))
+
+    async def run(self, history: History) -> None:
+        throwers = hosts().spawn_procs(per_host={"w": 2}).spawn("thrower", Thrower)
+        for i in range(16):
+            op = history.invoke("work", i=i)
+            endpoint = throwers.work if i % 2 else throwers.work_async
+            try:
+                await endpoint.call(i)
+            except Exception as exc:
+                history.fail(op, repr(exc))
+            else:
+                history.ok(op)
+            await asyncio.sleep(0.1)
+
+    def check(self, history: History) -> list[str]:
+        return [
+            f"{op['op']} {op['i']} never ended"
+            for op in history.operations()
+            if op["status"] == "open"
+        ]

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import copy
 
+import msgspec
+
 from danaus.chaos import Plan, run_scenario
 from danaus.chaos.checkers import delivery, reported_once
 from danaus.chaos.runner import check_determinism
+from danaus.core import trace as ev
 from tests.chaos.scenarios import (
     BreaksItsInvariant,
     Calm,
@@ -51,16 +54,16 @@ def real_events():
 def test_delivery_passes_a_real_trace_and_objects_to_each_broken_rule():
     events = real_events()
     assert delivery(events) == []
-    recvs = [i for i, e in enumerate(events) if e["kind"] == "recv"]
+    recvs = [i for i, e in enumerate(events) if isinstance(e, ev.Received)]
     pairs: dict[tuple[str, str], list[int]] = {}
     for i in recvs:
-        pairs.setdefault((events[i]["src"], events[i]["proc"]), []).append(i)
+        pairs.setdefault((events[i].src, events[i].proc), []).append(i)
     first, second = next(found for found in pairs.values() if len(found) >= 2)[:2]
-    duplicated = [*events[: first + 1], dict(events[first]), *events[first + 1 :]]
+    duplicated = [*events[: first + 1], copy.copy(events[first]), *events[first + 1 :]]
     assert any("twice" in v.message for v in delivery(duplicated))
     dropped = [e for i, e in enumerate(events) if i != first]
     assert any("never delivered" in v.message for v in delivery(dropped))
-    phantom = [*events, {**events[first], "seq": 10_000}]
+    phantom = [*events, msgspec.structs.replace(events[first], seq=10_000)]
     assert any("never sent" in v.message for v in delivery(phantom))
     swapped = list(events)
     swapped[first], swapped[second] = swapped[second], swapped[first]
@@ -76,9 +79,9 @@ def failing_events():
 def test_reported_once_passes_a_real_trace_and_objects_to_each_broken_rule():
     events = failing_events()
     assert reported_once(events) == []
-    reports = [i for i, e in enumerate(events) if e["kind"] == "failure"]
+    reports = [i for i, e in enumerate(events) if isinstance(e, ev.Failure)]
     assert reports, "the crash was reported"
-    twice = [*events[: reports[0] + 1], dict(events[reports[0]]), *events[reports[0] + 1 :]]
+    twice = [*events[: reports[0] + 1], copy.copy(events[reports[0]]), *events[reports[0] + 1 :]]
     assert any("reported twice" in v.message for v in reported_once(twice))
-    never = [e for i, e in enumerate(events) if i not in reports and e["kind"] != "restart"]
+    never = [e for i, e in enumerate(events) if i not in reports and not isinstance(e, ev.Restart)]
     assert any("unreported" in v.message for v in reported_once(never))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from danaus.chaos import Fault, Plan, run_scenario
+from danaus.core import trace as ev
 from tests.chaos.scenarios import Calm, LeavesACallPending
 
 PLAN = Plan(
@@ -18,11 +19,12 @@ FAST_HEARTBEATS = {"heartbeat_interval": 0.1, "heartbeat_timeout": 1.0}
 def test_crash_and_pause_apply_on_tcp_and_every_check_holds():
     outcome = run_scenario(Calm(), 0, PLAN, transport="tcp", **FAST_HEARTBEATS)
     assert outcome.violations == []
-    applied = [e["fault"] for e in outcome.checked if e["kind"] == "fault"]
+    applied = [e.fault for e in outcome.checked if isinstance(e, ev.FaultApplied)]
     assert [a.split()[1] for a in applied] == ["crash", "pause"]
-    assert outcome.skipped == [f"{PLAN.faults[2].describe()}: needs the simulator"]
-    assert any(e["kind"] == "failure" for e in outcome.checked)
-    assert any(e["kind"] == "recv" and e["proc"] != "root" for e in outcome.checked)
+    [skipped] = outcome.skipped
+    assert skipped == f"{PLAN.faults[2].describe()}: the partition has no other side"
+    assert any(isinstance(e, ev.Failure) for e in outcome.checked)
+    assert any(isinstance(e, ev.Received) and e.proc != "root" for e in outcome.checked)
     pings = [op for op in outcome.history.operations() if op["op"] == "ping"]
     assert pings and pings[-1]["status"] == "ok"
 

@@ -11,10 +11,14 @@ import pytest
 from hypothesis import HealthCheck, find, settings
 from kvstore import BuggyKV, KVStore
 
+import danaus
 from danaus.chaos import ChaosFailure, Plan, check_seed, run_scenario, run_seeds, shrink
+from danaus.chaos.runner import applicable_kinds
 from danaus.chaos.strategies import plans
+from danaus.core import config
 
 ROOT = Path(__file__).resolve().parents[2]
+TUTORIAL = (ROOT / "docs" / "chaos.md").read_text()
 
 SEED_BUDGET = 100
 
@@ -59,7 +63,9 @@ def test_hypothesis_finds_and_shrinks_a_failing_plan():
     smallest = find(
         plans(hosts=scenario.hosts, duration=scenario.duration, kinds=scenario.kinds),
         lambda plan: run_scenario(scenario, 0, plan).failed,
-        settings=settings(max_examples=300, suppress_health_check=list(HealthCheck)),
+        settings=settings(
+            max_examples=300, deadline=None, suppress_health_check=list(HealthCheck)
+        ),
     )
     assert len(smallest) == 1
     assert smallest.faults[0].kind in ("crash", "crash_host", "pause", "partition")
@@ -108,3 +114,38 @@ def test_the_cli_runs_seeds_and_prints_a_replay_command_that_reproduces():
 def test_the_pytest_marker_runs_one_test_per_seed(chaos_seed, request):
     assert request.node.name == f"test_the_pytest_marker_runs_one_test_per_seed[seed{chaos_seed}]"
     check_seed(KVStore(), chaos_seed)
+
+
+def test_the_tutorials_command_on_real_processes_works():
+    """The chaos page's ``--transport tcp`` command: seeds draw only faults tcp can apply."""
+    ran = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "danaus.cli",
+            "chaos",
+            "run",
+            "examples/chaos/kvstore.py::KVStore",
+            "--seeds",
+            "0:2",
+            "--transport",
+            "tcp",
+            "--quiet",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "2 seeds, 0 failed" in ran.stdout
+    assert "examples/chaos/kvstore.py::KVStore --seeds 0:5 --transport tcp" in TUTORIAL
+
+
+def test_seeds_draw_only_the_kinds_a_real_transport_can_apply():
+    danaus.configure(transport="tcp")
+    try:
+        world = config.current_world()
+        assert applicable_kinds(KVStore.kinds, world) == ["crash", "crash_host", "pause"]
+    finally:
+        danaus.shutdown()

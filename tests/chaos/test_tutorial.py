@@ -8,6 +8,7 @@ from docs_hooks import PLAN, SEED, buggy_kv_page
 from kvstore import BuggyKV, KVStore
 
 from danaus.chaos import Plan, run_scenario, shrink
+from danaus.core import trace as ev
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,14 +33,14 @@ def test_the_seed_fails_and_shrinks_to_the_crash_the_tutorial_shows():
 def test_the_story_of_the_picture():
     """The primary's last batch leaves at 4.550 s, four acknowledged puts follow, then the crash."""
     events = run_scenario(BuggyKV(), SEED, Plan.from_json(PLAN)).trace.events
-    batches = [e for e in events if e["kind"] == "send" and e.get("method") == "apply"]
-    assert round(batches[-1]["t"], 3) == 4.550
-    crash = next(e for e in events if e["kind"] == "down" and e["reason"] == "was killed")
-    assert (crash["proc"], round(crash["t"], 3)) == ("root:1.0", 4.892)
+    batches = [e for e in events if isinstance(e, ev.CallSent) and e.method == "apply"]
+    assert round(batches[-1].t, 3) == 4.550
+    crash = next(e for e in events if isinstance(e, ev.Down) and e.reason == "was killed")
+    assert (crash.proc, round(crash.t, 3)) == ("root:1.0", 4.892)
     acked = [
         e
         for e in events
-        if e["kind"] == "history" and e["event"] == "ok" and batches[-1]["t"] < e["t"] < crash["t"]
+        if isinstance(e, ev.HistoryRecorded) and e.event == "ok" and batches[-1].t < e.t < crash.t
     ]
     assert len(acked) == 4
     assert "<svg" in buggy_kv_page()

@@ -60,7 +60,7 @@ class Worker(Actor):
 
     @endpoint
     def exit(self, code: int) -> None:
-        os._exit(code)
+        sys.exit(code)
 
     @endpoint
     async def nap(self, seconds: float) -> str:
@@ -445,3 +445,53 @@ def test_a_restarted_members_lost_process_is_reported_under_its_new_id(run):
     failure = run(main)
     assert dict(failure.rank) == {"w": 1}
     assert failure.actor_id.endswith("/w[1]~1")
+
+
+class WatchfulOwner(Actor):
+    """Spawns children inside an async endpoint and is told of their failures while it waits."""
+
+    def __init__(self, handle: bool) -> None:
+        self.handle = handle
+        self.seen: list[str] = []
+
+    def __supervise__(self, failure: MeshFailure) -> bool:
+        self.seen.append(failure.mesh_name)
+        return self.handle
+
+    @endpoint
+    async def fail_a_child_and_wait(self, how: str) -> list[str]:
+        children = this_host().spawn_procs({"c": 1}).spawn("children", Worker)
+        other = this_host().spawn_procs({"c": 1}).spawn("other", Worker)
+        await children.initialized
+        children.boom.broadcast()
+        for _ in range(3000):
+            if self.seen:
+                break
+            if how == "sleep":
+                await asyncio.sleep(0.01)
+            else:
+                await other.ping.call_one()
+        return list(self.seen)
+
+
+@pytest.mark.parametrize("how", ["sleep", "call"])
+def test_supervise_runs_while_the_owner_awaits_in_an_async_endpoint(run, how):
+    """A failure reaches ``__supervise__`` at the owner's next await, not after the endpoint."""
+
+    def main():
+        owner = this_host().spawn_procs({"o": 1}).spawn("owner", WatchfulOwner, True)
+        return owner.fail_a_child_and_wait.call_one(how).get(timeout=60)
+
+    assert run(main) == ["children"]
+
+
+def test_an_owner_that_gives_up_while_awaiting_fails_its_pending_call(run):
+    def main():
+        failures = record_root_failures()
+        owner = this_host().spawn_procs({"o": 1}).spawn("owner", WatchfulOwner, False)
+        with pytest.raises(SupervisionError):
+            owner.fail_a_child_and_wait.call_one("sleep").get(timeout=60)
+        failure = failures.recv().get(timeout=30)
+        return failure.mesh_name, failure.chained.mesh_name
+
+    assert run(main) == ("owner", "children")

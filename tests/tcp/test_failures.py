@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import signal
 
 import pytest
@@ -15,6 +16,10 @@ class Crasher(Actor):
     @endpoint
     def segfault(self) -> None:
         ctypes.string_at(0)
+
+    @endpoint
+    def hard_exit(self, code: int) -> None:
+        os._exit(code)
 
     @endpoint
     def ping(self) -> str:
@@ -31,4 +36,16 @@ def test_segfault_is_a_supervised_failure(tcp):
     assert failure.signal == signal.SIGSEGV
     assert dict(failure.rank) == {"w": 0}
     assert failure.pid is not None
+    assert crashers.slice(w=1).ping.call_one().get(timeout=30) == "pong"
+
+
+def test_os_exit_ends_only_that_process(tcp):
+    """``os._exit`` skips Python's exit handling; the launcher still sees the exit code."""
+    tcp()
+    failures = record_root_failures()
+    crashers = this_host().spawn_procs({"w": 2}).spawn("c", Crasher)
+    with pytest.raises(SupervisionError, match="exit code 7"):
+        crashers.slice(w=0).hard_exit.call_one(7).get(timeout=30)
+    failure = failures.recv().get(timeout=30)
+    assert failure.exit_code == 7
     assert crashers.slice(w=1).ping.call_one().get(timeout=30) == "pong"

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("ucxx")
 
 from danaus.core.rdma import as_bytes
-from danaus.transports.base import DeviceMemory
+from danaus.core.transport import DeviceMemory
 from danaus.transports.ucx.rma import HOST, OneSidedMemory, UcxMemoryHandle
 from danaus.transports.ucx.rma_library import Region
 

@@ -18,6 +18,8 @@ import danaus
 from danaus import Actor, context, endpoint, this_host
 from danaus.core import config
 from danaus.transports.tcp.control import DATA
+from danaus.transports.tcp.limits import Limits
+from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.ucx.plane import UcxPlane
 from tests.tcp.conftest import wait_until
 
@@ -57,7 +59,15 @@ def echo():
 
 def knock(proc: str, address: str, secret: bytes) -> UcxPlane:
     """Connect to ``proc`` at ``address`` as a proc holding ``secret``, and send it garbage."""
-    plane = UcxPlane("visitor", secret, "127.0.0.1", lambda src, frames: None, lambda dest: None)
+    plane = UcxPlane(
+        "visitor",
+        secret,
+        "127.0.0.1",
+        Limits(),
+        RefusalLog(),
+        lambda src, frames: None,
+        lambda dest: None,
+    )
     plane.resolved(proc, address)
     plane.send(proc, [DATA, b"not a header", b"payload"])
     return plane

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from danaus.core import config
 from danaus.core.trace import Trace
-from danaus.transports.sim.loop import SimulationStalled
+from danaus.transports.sim.loop import SimulationStalled, SimulationTimeLimit, VirtualTimeLoop
 from danaus.transports.sim.network import NetworkModel
 from danaus.transports.sim.world import SimWorld
 
@@ -19,9 +20,12 @@ __all__ = [
     "SimRun",
     "SimWorld",
     "SimulationStalled",
+    "SimulationTimeLimit",
     "World",
     "configured",
     "create_world",
+    "loop_factory",
+    "route_asyncio_run",
     "run",
 ]
 
@@ -34,40 +38,93 @@ def create_world(**options: Any) -> SimWorld:
     return SimWorld(**options)
 
 
-class _SimLoopPolicy(asyncio.DefaultEventLoopPolicy):
-    """Makes ``asyncio.run(main())`` run on the simulator's virtual-time loop."""
+def _main_loop() -> VirtualTimeLoop | None:
+    """The current world's loop, readied to run ``asyncio.run``'s main; None if it is not simulated.
+
+    Once main returns, the loop stops the simulated cluster before asyncio
+    cancels the tasks left.
+    """
+    world = config.current_world()
+    if not isinstance(world, SimWorld) or world.loop.is_closed():
+        return None
+    world.loop.after_main = world.finish_main
+    return world.loop
+
+
+def loop_factory() -> VirtualTimeLoop:
+    """The simulator's event loop, for ``asyncio.run(main(), loop_factory=loop_factory)``.
+
+    Also for ``asyncio.Runner(loop_factory=loop_factory)``. The simulator must
+    be selected (``danaus.configure(transport="sim", ...)`` or ``DANAUS_TRANSPORT=sim``).
+    """
+    if config.installed() is None and config.selected() != "sim":
+        raise RuntimeError(
+            f"danaus.sim.loop_factory needs the simulator, but {config.selected()!r} is selected: "
+            'call danaus.configure(transport="sim", ...) first, or set DANAUS_TRANSPORT=sim'
+        )
+    loop = _main_loop()
+    if loop is None:
+        world = config.current_world()
+        raise RuntimeError(
+            f"danaus.sim.loop_factory needs the simulator, but Danaus runs on {world.name!r} "
+            "(or its simulated world has shut down): call danaus.shutdown() and configure sim"
+        )
+    return loop
+
+
+class _SimLoopPolicy(asyncio.AbstractEventLoopPolicy):
+    """Makes ``asyncio.run(main())`` run on the simulator's virtual-time loop.
+
+    It wraps the policy that was in place and forwards everything to it but
+    ``new_event_loop``, so the loops other threads have set stay theirs.
+    """
+
+    def __init__(self, previous: asyncio.AbstractEventLoopPolicy) -> None:
+        self.previous = previous
 
     def new_event_loop(self) -> asyncio.AbstractEventLoop:
-        if config.installed() is None and config.selected() != "sim":
-            return super().new_event_loop()
-        world = config.current_world()
-        if isinstance(world, SimWorld) and not world.loop.is_closed():
-            world.loop.after_main = world.finish_main
-            return world.loop
-        return super().new_event_loop()
+        if config.installed() is not None or config.selected() == "sim":
+            loop = _main_loop()
+            if loop is not None:
+                return loop
+        return self.previous.new_event_loop()
+
+    def get_event_loop(self) -> asyncio.AbstractEventLoop:
+        return self.previous.get_event_loop()
+
+    def set_event_loop(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        self.previous.set_event_loop(loop)
+
+    if hasattr(asyncio.AbstractEventLoopPolicy, "get_child_watcher"):  # Python < 3.14
+
+        def get_child_watcher(self) -> Any:
+            return self.previous.get_child_watcher()
+
+        def set_child_watcher(self, watcher: Any) -> None:
+            self.previous.set_child_watcher(watcher)
 
 
-def configured(hosts: int = 1, seed: int = 0, network: NetworkModel | None = None) -> None:
+def configured(
+    hosts: int = 1,
+    seed: int = 0,
+    network: NetworkModel | None = None,
+    time_limit: float = math.inf,
+) -> None:
     """Check the options and route ``asyncio.run`` to the simulator's loop."""
-    if not isinstance(hosts, int) or hosts < 1:
+    if not isinstance(hosts, int) or isinstance(hosts, bool) or hosts < 1:
         raise ValueError(f"hosts must be a positive int, got {hosts!r}")
-    _install_policy()
+    route_asyncio_run()
 
 
-def _install_policy() -> None:
-    """Route ``asyncio.run`` to the simulator, keeping the loop each thread has set.
+def route_asyncio_run() -> None:
+    """Make ``asyncio.run(main())`` run on the simulated world's loop while sim is selected.
 
-    A fresh policy would forget the loops that running threads set on the old
-    one, and threads that look theirs up later (ucxx's notifier, for one) would
-    break; so the new policy takes over the old one's per-thread state.
+    asyncio has no hook for that but its event-loop policy: this wraps the one
+    in place (once), and only ``new_event_loop`` changes.
     """
     current = asyncio.get_event_loop_policy()
-    if isinstance(current, _SimLoopPolicy):
-        return
-    policy = _SimLoopPolicy()
-    if isinstance(current, asyncio.events.BaseDefaultEventLoopPolicy):
-        policy._local = current._local
-    asyncio.set_event_loop_policy(policy)
+    if not isinstance(current, _SimLoopPolicy):
+        asyncio.set_event_loop_policy(_SimLoopPolicy(current))
 
 
 @dataclass

@@ -24,6 +24,7 @@ would declare it; so is a paused proc.
 from __future__ import annotations
 
 import asyncio
+import enum
 import itertools
 import random
 from collections.abc import Callable, Sequence
@@ -33,16 +34,18 @@ from typing import TYPE_CHECKING, Any
 
 import simpy
 
-from danaus.transports.base import (
-    Buffer,
+from danaus.core import trace as ev
+from danaus.core.faults import Heal
+from danaus.core.serialize import Buffer
+from danaus.core.transport import (
     FrameHandler,
     LossHandler,
     MemoryHandle,
     ProcLoss,
     Transport,
-    copy_frames,
     memory_owner_lost,
 )
+from danaus.transports.frames import copy_frames
 
 if TYPE_CHECKING:
     from danaus.core.trace import Trace
@@ -132,6 +135,21 @@ class _MemoryOp:
         self.write = write
 
 
+class ProcState(enum.Enum):
+    """A simulated proc as the network sees it."""
+
+    BOOTING = "booting"
+    """Launched; messages to it wait until it is up."""
+    UP = "up"
+    PAUSED = "paused"
+    """Frozen: nothing in or out until resumed (or declared lost)."""
+    DOWN = "down"
+
+
+LIVE = (ProcState.UP, ProcState.PAUSED)
+"""The states of a proc that has not been lost."""
+
+
 class _Link:
     """The state of one direction between two hosts, while a fault changes it."""
 
@@ -155,7 +173,7 @@ class SimTransport(Transport):
         self.network = network
         self.proc_id = proc_id
         self.host = host
-        self.state = "booting"
+        self.state = ProcState.BOOTING
         self.on_frames: FrameHandler | None = None
         self.on_loss: LossHandler | None = None
         self.pauses = 0
@@ -228,19 +246,19 @@ class SimNetwork:
 
     def up(self, proc: str) -> None:
         """``proc`` has booted: deliver what waited for it, in order."""
-        self.endpoints[proc].state = "up"
+        self.endpoints[proc].state = ProcState.UP
         for message in self._waiting.pop(proc, ()):
             self._schedule(message)
 
     def down(self, proc: str, reason: str, **details: Any) -> None:
         """``proc`` is gone: its watchers (and later senders) are told."""
         endpoint = self.endpoints.get(proc)
-        if endpoint is None or endpoint.state == "down":
+        if endpoint is None or endpoint.state is ProcState.DOWN:
             return
-        endpoint.state = "down"
+        endpoint.state = ProcState.DOWN
         loss = ProcLoss(proc, reason, host=endpoint.host, **details)
         self._losses[proc] = loss
-        self.trace.record("down", proc, reason=reason)
+        self.trace.record(ev.Down(proc=proc, reason=reason))
         for watcher in self._watchers.pop(proc, {}):
             self._notify(watcher, loss)
         for key in [k for k in self._memory if k[0] == proc]:
@@ -250,32 +268,36 @@ class SimNetwork:
             if not op.future.done():
                 op.future.set_exception(error)
 
-    def pause(self, proc: str) -> None:
+    # ---- faults: each returns what heals it --------------------------------------------
+
+    def pause(self, proc: str) -> Heal:
         """``proc`` stops answering: nothing in or out until resumed.
 
         Like a process under SIGSTOP, it is declared lost (and killed) once it has
         been silent for the model's ``heartbeat_timeout``.
         """
+        heal = partial(self.resume, proc)
         endpoint = self.endpoints.get(proc)
-        if endpoint is None or endpoint.state != "up":
-            return
-        endpoint.state = "paused"
+        if endpoint is None or endpoint.state is not ProcState.UP:
+            return heal
+        endpoint.state = ProcState.PAUSED
         endpoint.pauses += 1
         episode = endpoint.pauses
-        self.trace.record("pause", proc)
+        self.trace.record(ev.Pause(proc=proc))
 
         def silent(_: object) -> None:
-            if endpoint.state == "paused" and endpoint.pauses == episode and self.on_silent:
+            if endpoint.state is ProcState.PAUSED and endpoint.pauses == episode and self.on_silent:
                 self.on_silent(proc)
 
         self.env.timeout(self.model.heartbeat_timeout).callbacks.append(silent)
+        return heal
 
     def resume(self, proc: str) -> None:
         endpoint = self.endpoints.get(proc)
-        if endpoint is None or endpoint.state != "paused":
+        if endpoint is None or endpoint.state is not ProcState.PAUSED:
             return
-        endpoint.state = "up"
-        self.trace.record("resume", proc)
+        endpoint.state = ProcState.UP
+        self.trace.record(ev.Resume(proc=proc))
         held_in, endpoint.held_in = endpoint.held_in, []
         held_out, endpoint.held_out = endpoint.held_out, []
         for message in held_out:
@@ -283,14 +305,47 @@ class SimNetwork:
         for message in held_in:
             self._arrive(message, None)
 
-    def link(self, src_host: str, dst_host: str) -> _Link:
+    def slow(self, proc: str, seconds: float) -> Heal:
+        """Every message to or from ``proc`` takes ``seconds`` longer."""
+        endpoint = self.endpoints[proc]
+        endpoint.slowness += seconds
+
+        def heal() -> None:
+            endpoint.slowness = max(0.0, endpoint.slowness - seconds)
+
+        return heal
+
+    def bandwidth(self, host: str, factor: float) -> Heal:
+        """``host``'s NIC runs at ``factor`` (> 0) of its bandwidth."""
+        nic = self.hosts[host]
+        nic.bandwidth_factor *= factor
+
+        def heal() -> None:
+            nic.bandwidth_factor /= factor
+
+        return heal
+
+    def delay(self, src_host: str, dst_host: str, seconds: float) -> Heal:
+        """Messages from ``src_host`` to ``dst_host`` take ``seconds`` longer, plus jitter."""
+        link = self._link(src_host, dst_host)
+        link.extra_latency += seconds
+        link.jitter += seconds / 2
+
+        def heal() -> None:
+            link.extra_latency = max(0.0, link.extra_latency - seconds)
+            link.jitter = max(0.0, link.jitter - seconds / 2)
+
+        return heal
+
+    def _link(self, src_host: str, dst_host: str) -> _Link:
         return self._links.setdefault((src_host, dst_host), _Link())
 
-    def hold(self, src_host: str, dst_host: str) -> None:
-        """Traffic from ``src_host`` to ``dst_host`` waits until `release` (a clog or partition)."""
-        link = self.link(src_host, dst_host)
+    def hold(self, src_host: str, dst_host: str) -> Heal:
+        """Traffic from ``src_host`` to ``dst_host`` waits until healed (a clog or partition)."""
+        heal = partial(self._release, src_host, dst_host)
+        link = self._link(src_host, dst_host)
         if link.held:
-            return
+            return heal
         link.held = True
         link.holds += 1
         episode = link.holds
@@ -300,13 +355,14 @@ class SimNetwork:
             def cut_off(_: object) -> None:
                 if link.held and link.holds == episode and self.on_silent is not None:
                     for proc, endpoint in list(self.endpoints.items()):
-                        if endpoint.host == far and endpoint.state in ("up", "paused"):
+                        if endpoint.host == far and endpoint.state in LIVE:
                             self.on_silent(proc)
 
             self.env.timeout(self.model.heartbeat_timeout).callbacks.append(cut_off)
+        return heal
 
-    def release(self, src_host: str, dst_host: str) -> None:
-        link = self.link(src_host, dst_host)
+    def _release(self, src_host: str, dst_host: str) -> None:
+        link = self._link(src_host, dst_host)
         if not link.held:
             return
         link.held = False
@@ -323,7 +379,7 @@ class SimNetwork:
 
     def _notify(self, watcher: str, loss: ProcLoss) -> None:
         endpoint = self.endpoints.get(watcher)
-        if endpoint is None or endpoint.state == "down" or endpoint.on_loss is None:
+        if endpoint is None or endpoint.state is ProcState.DOWN or endpoint.on_loss is None:
             return
         event = self.env.timeout(self.model.detect_crash)
         event.callbacks.append(lambda _: self.loop.call_soon(endpoint.on_loss, loss))
@@ -334,15 +390,15 @@ class SimNetwork:
 
     def _send(self, message: _Message) -> None:
         sender = self.endpoints[message.src]
-        if sender.state == "paused":
+        if sender.state is ProcState.PAUSED:
             sender.held_out.append(message)
             return
-        if sender.state == "down":
+        if sender.state is ProcState.DOWN:
             return
         endpoint = self.endpoints.get(message.dst)
-        if endpoint is None or endpoint.state == "booting":
+        if endpoint is None or endpoint.state is ProcState.BOOTING:
             self._waiting.setdefault(message.dst, []).append(message)
-        elif endpoint.state == "down":
+        elif endpoint.state is ProcState.DOWN:
             self.watch(message.src, message.dst)
         else:
             self._schedule(message)
@@ -384,9 +440,9 @@ class SimNetwork:
         # Runs inside the loop's select (see loop.py), on the loop thread: the
         # receive callback only routes the message and schedules whatever must run.
         endpoint = self.endpoints[message.dst]
-        if endpoint.state == "paused":
+        if endpoint.state is ProcState.PAUSED:
             endpoint.held_in.append(message)
-        elif endpoint.state == "up":
+        elif endpoint.state is ProcState.UP:
             if message.deliver is not None:
                 message.deliver()
             elif endpoint.on_frames is not None:

@@ -5,29 +5,31 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import os
 import random
 import signal
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
 import simpy
 
 from danaus.core import config
+from danaus.core import trace as ev
 from danaus.core.agents import HOST_AGENT, PROC_AGENT, HostAgent, ProcAgent
 from danaus.core.blocking import GreenletRunner
 from danaus.core.context import peek_context
-from danaus.core.mesh import STOP_TIMEOUT
+from danaus.core.faults import Faults, Heal
+from danaus.core.names import NumberedNames
+from danaus.core.owned import STOP_TIMEOUT
 from danaus.core.runtime import Runtime, cancel_leftover_tasks
 from danaus.core.trace import Trace
-from danaus.transports.base import Fault, Launcher, NumberedNames, ProcSpec, SyncRunner, World
+from danaus.core.transport import ROOT, ActorRunner, Launcher, ProcSpec, World
+from danaus.core.waits import describe_waits
 from danaus.transports.sim.loop import VirtualTimeLoop
-from danaus.transports.sim.network import NetworkModel, SimNetwork
+from danaus.transports.sim.network import LIVE, NetworkModel, SimNetwork
 
 log = logging.getLogger("danaus.sim")
 
-ROOT = "root"
 SHUTDOWN_TIME = 3 * STOP_TIMEOUT
 """Simulated seconds a shutdown may spend stopping meshes gracefully before it halts them."""
 
@@ -48,25 +50,87 @@ class SimLauncher(Launcher):
             self.world.halt(proc)
 
 
+class SimFaults(Faults):
+    """Every fault, applied exactly on the simulated network and procs."""
+
+    controls_network = True
+
+    def __init__(self, world: SimWorld) -> None:
+        self._world = world
+        self._network = world.network
+
+    def workers(self, host: str) -> list[str]:
+        return self._world.worker_procs(host)
+
+    def crash(self, proc: str) -> None:
+        self._world.crash(proc, "was killed", signal=signal.SIGKILL)
+
+    def pause(self, proc: str) -> Heal:
+        return self._network.pause(proc)
+
+    def resume(self, proc: str) -> None:
+        self._network.resume(proc)
+
+    def slow(self, proc: str, seconds: float) -> Heal:
+        return self._network.slow(proc, seconds)
+
+    def bandwidth(self, host: str, factor: float) -> Heal:
+        return self._network.bandwidth(host, factor)
+
+    def delay(self, a: str, b: str, seconds: float) -> Heal:
+        return _all(self._network.delay(src, dst, seconds) for src, dst in ((a, b), (b, a)))
+
+    def clog(self, a: str, b: str) -> Heal:
+        return _all(self._network.hold(src, dst) for src, dst in ((a, b), (b, a)))
+
+    def partition(self, side: Sequence[str], other: Sequence[str], one_way: bool) -> Heal:
+        pairs = [(a, b) for a in side for b in other if a != b]
+        if not one_way:
+            pairs += [(b, a) for a, b in pairs]
+        return _all(self._network.hold(src, dst) for src, dst in pairs)
+
+
+def _all(heals: Iterable[Heal]) -> Heal:
+    """One heal for several faults, undone in the order they were made."""
+    done = list(heals)
+
+    def heal() -> None:
+        for each in done:
+            each()
+
+    return heal
+
+
 class SimWorld(World):
     """Hosts ``h0``..``h{n-1}``, each with a host agent proc; the controller is ``root`` on ``h0``.
 
-    The global `random` module is seeded with ``seed`` too, so user code that
-    draws from it replays exactly.
+    While the world runs, the global `random` module is seeded with ``seed``, so
+    user code that draws from it replays exactly; its previous state comes back
+    at shutdown.
     """
 
     name = "sim"
     deterministic = True
+    max_procs_per_host = 1_000_000
 
-    def __init__(self, hosts: int = 1, seed: int = 0, network: NetworkModel | None = None) -> None:
-        if not isinstance(hosts, int) or hosts < 1:
+    def __init__(
+        self,
+        hosts: int = 1,
+        seed: int = 0,
+        network: NetworkModel | None = None,
+        time_limit: float = math.inf,
+    ) -> None:
+        if not isinstance(hosts, int) or isinstance(hosts, bool) or hosts < 1:
             raise ValueError(f"hosts must be a positive int, got {hosts!r}")
         self.seed = seed
         self.env = simpy.Environment()
         self.loop = VirtualTimeLoop(self.env)
         self.loop.before_close = self.shutdown
+        self.loop.time_limit = time_limit
+        self.loop.describe_stall = self._describe_stall
         self.trace = Trace(self.loop.time)
         self.rng = random.Random(seed)
+        self._global_random = random.getstate()
         random.seed(seed)
         self.network = SimNetwork(
             self.env,
@@ -77,14 +141,13 @@ class SimWorld(World):
         )
         self.random = random.Random(self.rng.random())
         self.network.on_silent = self._silent
+        self.faults = SimFaults(self)
         self._aborted = False
-        self._real_exit = os._exit
-        os._exit = self._exit
         self.launcher = SimLauncher(self)
         self.procs: dict[str, Runtime] = {}
         self._tasks: dict[str, weakref.WeakSet[asyncio.Task[Any]]] = {}
         self.loop.set_task_factory(self._make_task)
-        self._runner = GreenletRunner()
+        self._runner = GreenletRunner(self.loop)
         self._hosts = NumberedNames("h", hosts)
         self._hosts_set = frozenset(self._hosts)
         self._closed = False
@@ -104,7 +167,7 @@ class SimWorld(World):
     def hosts(self) -> Sequence[str]:
         return self._hosts
 
-    def sync_runner(self) -> SyncRunner:
+    def actor_runner(self, name: str) -> ActorRunner:
         return self._runner
 
     def boot(self, proc: str, host: str, extra: dict[str, type] | None = None) -> Runtime:
@@ -115,7 +178,7 @@ class SimWorld(World):
         runtime.start({key: cls(runtime) for key, cls in agents.items()})
         self.procs[proc] = runtime
         self.network.up(proc)
-        self.trace.record("boot", proc, host=host)
+        self.trace.record(ev.Boot(proc=proc, host=host))
         return runtime
 
     def halt(self, proc: str) -> None:
@@ -142,22 +205,12 @@ class SimWorld(World):
             self._tasks.setdefault(proc, weakref.WeakSet()).add(task)
         return task
 
-    def inject(self, fault: Fault, proc: str) -> None:
-        if fault == "crash":
-            self.crash(proc, "was killed", signal=signal.SIGKILL)
-        elif fault == "pause":
-            self.network.pause(proc)
-        elif fault == "resume":
-            self.network.resume(proc)
-        else:
-            raise ValueError(f"unknown fault {fault!r}")
-
     def worker_procs(self, host: str) -> list[str]:
         return sorted(
             proc
             for proc, endpoint in self.network.endpoints.items()
             if endpoint.host == host
-            and endpoint.state in ("up", "paused")
+            and endpoint.state in LIVE
             and proc != ROOT
             and proc not in self._hosts_set
         )
@@ -176,13 +229,8 @@ class SimWorld(World):
         self._aborted = True
         raise SystemExit(status)
 
-    def _exit(self, code: int) -> None:
-        """``os._exit`` while this world runs: inside a simulated actor it ends only that proc."""
-        ctx = peek_context()
-        runtime = ctx.actor_instance._runtime if ctx is not None else None
-        if runtime is not None and runtime.world is self and runtime.proc_id != ROOT:
-            raise SystemExit(code)
-        self._real_exit(code)
+    def _describe_stall(self) -> str:
+        return describe_waits(self.procs.values())
 
     def finish_main(self) -> None:
         """``asyncio.run``'s main returned: stop everything, leaving the loop for it to close."""
@@ -207,6 +255,6 @@ class SimWorld(World):
         self.loop.time_limit = math.inf
         self.loop.run_until_complete(cancel_leftover_tasks())
         self.loop.before_close = None
-        os._exit = self._real_exit
+        random.setstate(self._global_random)
         if close_loop:
             self.loop.close()

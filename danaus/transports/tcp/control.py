@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
-from danaus.transports.base import ProcLoss
+from danaus.core.transport import ProcLoss
 
 DATA = b"D"
 CONTROL = b"C"

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from danaus.transports.base import ProcLoss
+from danaus.core.transport import ProcLoss
 from danaus.transports.tcp import control
 from danaus.transports.tcp.ioloop import IoLoop
 
@@ -114,6 +114,11 @@ class Directory:
         for requester in interested:
             if requester not in self._losses:
                 self._send(requester, notice)
+
+    def last_heard(self, proc: str) -> float | None:
+        """When ``proc`` last answered a heartbeat (``time.monotonic``), if it is known."""
+        entry = self._entries.get(proc)
+        return entry.last_heard if entry is not None else None
 
     def address(self, proc: str) -> control.Address | None:
         entry = self._entries.get(proc)

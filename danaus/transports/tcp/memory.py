@@ -2,11 +2,14 @@
 
 There is no RDMA hardware behind this: a read is a request to the owner's
 transport, which answers with the bytes straight from the registered memory
-(no copy on the sending side: zmq sends the memory itself), in pipelined
-chunks; the reader copies each chunk into the destination as it arrives. A
-write is the mirror image. No actor of the owner takes part, and a busy or
-blocked endpoint does not delay a transfer. Everything travels on the job's
-authenticated sockets.
+(no copy on the sending side: zmq sends the memory itself), in chunks of
+``chunk_bytes``; the reader copies each chunk into the destination as it
+arrives. A write is the mirror image. No actor of the owner takes part, and a
+busy or blocked endpoint does not delay a transfer. Everything travels on the
+job's authenticated control sockets, which also carry heartbeats: a transfer
+keeps at most `WINDOW` chunks in flight, asking for (or sending) the next one
+as each arrives (or is acknowledged), so a heartbeat queued behind it on the
+same connection waits for a few chunks, never for the whole transfer.
 """
 
 from __future__ import annotations
@@ -18,19 +21,22 @@ from typing import Any
 
 import msgspec
 
-from danaus.transports.base import MemoryHandle, ProcLoss, memory_owner_lost
+from danaus.core.transport import MemoryHandle, ProcLoss, memory_owner_lost
 from danaus.transports.tcp.ioloop import Settle
 
 MEMORY = b"M"
-CHUNK = 8 * 1024 * 1024
-"""Bytes per message of a transfer: large enough to stream, small enough to pipeline."""
+WINDOW = 4
+"""Chunks of one transfer in flight at once: enough to stream, few enough not to hold up others."""
 
 
 class Read(msgspec.Struct, tag="read", array_like=True):
+    """Send ``length`` bytes at ``offset`` of buffer ``key``; they are at ``at`` in ``op``."""
+
     op: int
     key: int
     offset: int
     length: int
+    at: int = 0
 
 
 class Data(msgspec.Struct, tag="data", array_like=True):
@@ -82,15 +88,23 @@ class _Op:
     settle: Settle
     wanted: Callable[[], bool]
     """False once the caller gave up (a timeout): late bytes must not land in ``view``."""
+    key: int
+    offset: int
+    write: bool
+    started: int = 0
+    """Bytes asked for (a read) or sent (a write) so far."""
 
 
 class MemoryService:
     """One proc's registered memory, and the transfers it has under way (I/O thread)."""
 
-    def __init__(self, proc: str, send: Callable[[str, list[Any]], None], backend: str) -> None:
+    def __init__(
+        self, proc: str, send: Callable[[str, list[Any]], None], backend: str, chunk_bytes: int
+    ) -> None:
         self._proc = proc
         self._send = send
         self._backend = backend
+        self._chunk = chunk_bytes
         self._buffers: dict[int, memoryview] = {}
         self._keys = itertools.count(1)
         self._ops: dict[int, _Op] = {}
@@ -121,16 +135,26 @@ class MemoryService:
         if handle.owner == self._proc:
             settle(self._local(handle, offset, view, write))
             return
-        op = next(self._op_ids)
-        self._ops[op] = _Op(handle.owner, view, view.nbytes, settle, wanted)
-        if not write:
-            request = Read(op, handle.key, offset, view.nbytes)
-            self._send(handle.owner, [MEMORY, _encoder.encode(request)])
+        op_id = next(self._op_ids)
+        op = self._ops[op_id] = _Op(
+            handle.owner, view, view.nbytes, settle, wanted, handle.key, offset, write
+        )
+        for _ in range(WINDOW):
+            self._next(op_id, op)
+
+    def _next(self, op_id: int, op: _Op) -> None:
+        """Ask for (a read) or send (a write) the next chunk of ``op``, if any is left."""
+        position = op.started
+        length = min(self._chunk, op.view.nbytes - position)
+        if length <= 0:
             return
-        for position in range(0, view.nbytes, CHUNK):
-            chunk = view[position : position + CHUNK]
-            header = _encoder.encode(Write(op, handle.key, offset + position))
-            self._send(handle.owner, [MEMORY, header, chunk])
+        op.started += length
+        if op.write:
+            header = _encoder.encode(Write(op_id, op.key, op.offset + position))
+            self._send(op.owner, [MEMORY, header, op.view[position : position + length]])
+        else:
+            request = Read(op_id, op.key, op.offset + position, length, position)
+            self._send(op.owner, [MEMORY, _encoder.encode(request)])
 
     def _local(
         self, handle: MemoryHandle, offset: int, view: memoryview, write: bool
@@ -173,9 +197,10 @@ class MemoryService:
         if isinstance(region, str):
             self._send(src, [MEMORY, _encoder.encode(Data(request.op, 0, region))])
             return
-        for position in range(0, request.length, CHUNK):
-            chunk = region[position : position + CHUNK]
-            self._send(src, [MEMORY, _encoder.encode(Data(request.op, position)), chunk])
+        for position in range(0, request.length, self._chunk):
+            chunk = region[position : position + self._chunk]
+            header = _encoder.encode(Data(request.op, request.at + position))
+            self._send(src, [MEMORY, header, chunk])
 
     def _serve_write(self, src: str, request: Write, data: Any) -> None:
         length = memoryview(data).nbytes if data is not None else 0
@@ -205,6 +230,8 @@ class MemoryService:
         op.remaining -= chunk.nbytes
         if op.remaining <= 0:
             self._finish(op_id, None)
+        else:
+            self._next(op_id, op)
 
     def _acked(self, ack: Ack) -> None:
         op = self._ops.get(ack.op)
@@ -216,6 +243,8 @@ class MemoryService:
         op.remaining -= ack.length
         if op.remaining <= 0:
             self._finish(ack.op, None)
+        else:
+            self._next(ack.op, op)
 
     def _finish(self, op_id: int, error: BaseException | None) -> None:
         op = self._ops.pop(op_id, None)

@@ -6,7 +6,11 @@ transfers, none of which user code can hold up. Core messages travel on the
 data plane (`ZmqPlane` here; UCX on the ucx transport), whose sockets the
 runtime loop's thread serves itself. Large frames go out and come in without
 copies (pyzmq zero-copy above its copy threshold); received frames reach the
-runtime as writable memoryviews of the zmq messages themselves.
+runtime as writable memoryviews of the zmq messages themselves (frames larger
+than ``frame_bytes`` travel in chunks, copied once into place on arrival).
+The two planes use separate zmq contexts, so separate zmq I/O threads: a bulk
+transfer on the data plane never delays a heartbeat. Each bound socket's
+refused handshakes are logged (`danaus.transports.tcp.handshakes`).
 
 Peers are found through the controller's directory: a proc asks where a peer
 receives and queues what it sends until the answer comes. Peers that are lost
@@ -22,21 +26,25 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
-from danaus.transports.base import (
-    Buffer,
+from danaus.core.serialize import Buffer
+from danaus.core.transport import (
+    ROOT,
     FrameHandler,
     LossHandler,
     MemoryHandle,
     ProcLoss,
     Transport,
-    copy_frames,
     memory_owner_lost,
 )
+from danaus.transports.frames import copy_frames
 from danaus.transports.tcp import control
 from danaus.transports.tcp.control import CONTROL, DATA
 from danaus.transports.tcp.data import ZmqPlane
+from danaus.transports.tcp.handshakes import HandshakeMonitor
 from danaus.transports.tcp.ioloop import IoLoop, Settle, settler
+from danaus.transports.tcp.limits import Limits
 from danaus.transports.tcp.memory import MEMORY, MemoryService
+from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.tcp.security import JobKeys
 from danaus.transports.tcp.sockets import RECV_BATCH, bind_router, connect_dealer, sender
 
@@ -44,8 +52,6 @@ if TYPE_CHECKING:
     from danaus.transports.tcp.directory import Directory
 
 log = logging.getLogger("danaus.tcp")
-
-ROOT = "root"
 
 
 class TcpTransport(Transport):
@@ -59,20 +65,25 @@ class TcpTransport(Transport):
         proc_id: str,
         host: str,
         io: IoLoop,
-        context: zmq.Context,
+        contexts: tuple[zmq.Context, zmq.Context],
         keys: JobKeys,
         loop: asyncio.AbstractEventLoop,
         *,
         bind_host: str,
+        limits: Limits,
+        refusals: RefusalLog,
         controller_address: str | None = None,
     ) -> None:
         self.proc_id = proc_id
         self.host = host
         self.io = io
         self.loop = loop
-        self._context = context
+        self._context, self._data_context = contexts
         self._keys = keys
-        self.router = bind_router(context, keys, bind_host)
+        self.limits = limits
+        self.refusals = refusals
+        self.router = bind_router(self._context, keys, bind_host, limits)
+        self._monitors = [self._watch_handshakes(self.router)]
         self.directory: Directory | None = None
         self.on_control: Callable[[str, control.Control], None] | None = None
         self._dealers: dict[str, zmq.Socket] = {}
@@ -82,21 +93,29 @@ class TcpTransport(Transport):
         self._lost: dict[str, ProcLoss] = {}
         self._on_frames: FrameHandler | None = None
         self._on_loss: LossHandler | None = None
-        self.memory = MemoryService(proc_id, self._send_raw, self.memory_backend)
+        self.memory = MemoryService(
+            proc_id, self._send_raw, self.memory_backend, limits.chunk_bytes
+        )
         self.data = self._data_plane(bind_host)
         self.address = control.Address(self.router.last_endpoint.decode(), self.data.address)
 
     def _data_plane(self, bind_host: str) -> Any:
         """The plane that carries core messages: zmq sockets served on the runtime loop."""
-        return ZmqPlane(
+        plane = ZmqPlane(
             self.proc_id,
-            self._context,
+            self._data_context,
             self._keys,
             bind_host,
+            self.limits,
             self.loop,
             self._from_plane,
             self._lookup,
         )
+        self._monitors.append(self._watch_handshakes(plane.router))
+        return plane
+
+    def _watch_handshakes(self, router: zmq.Socket) -> HandshakeMonitor:
+        return HandshakeMonitor(router, self.io, self.refusals, f"proc {self.proc_id}")
 
     # ---- the contract (any thread) ----------------------------------------------------
 
@@ -213,7 +232,7 @@ class TcpTransport(Transport):
         """The zmq socket to ``dest`` (made on first use)."""
         dealer = self._dealers.get(dest)
         if dealer is None:
-            dealer = connect_dealer(self._context, self._keys, self.proc_id, endpoint)
+            dealer = connect_dealer(self._context, self._keys, self.proc_id, endpoint, self.limits)
             self._dealers[dest] = dealer
         return dealer
 
@@ -303,6 +322,8 @@ class TcpTransport(Transport):
             self.loop.call_soon_threadsafe(self._on_loss, loss)
 
     def _close(self) -> None:
+        for monitor in self._monitors:
+            monitor.close()
         self.io.remove_reader(self.router)
         self.router.close(0)
         for dealer in self._dealers.values():

@@ -15,7 +15,6 @@ import contextlib
 import logging
 import os
 import random
-import signal
 import socket
 import sys
 import threading
@@ -25,17 +24,24 @@ from typing import NoReturn, TypeVar
 
 import zmq
 
+from danaus import tracing
+from danaus.admin.service import AdminService
 from danaus.core.agents import HOST_AGENT, PROC_AGENT, HostAgent, ProcAgent
-from danaus.core.blocking import ThreadRunner
-from danaus.core.mesh import STOP_TIMEOUT
+from danaus.core.blocking import ActorThread
+from danaus.core.owned import STOP_TIMEOUT
 from danaus.core.runtime import Runtime, cancel_leftover_tasks
 from danaus.core.trace import Trace
-from danaus.launch.bootstrap import Bootstrap
-from danaus.launch.local import LocalLauncher
-from danaus.transports.base import Fault, SyncRunner, World
+from danaus.core.transport import ActorRunner, World
+from danaus.debug import hook
 from danaus.transports.tcp import control
+from danaus.transports.tcp.admin import AdminSocket
+from danaus.transports.tcp.bootstrap import Bootstrap
 from danaus.transports.tcp.directory import Directory
+from danaus.transports.tcp.faults import SignalFaults
 from danaus.transports.tcp.ioloop import IoLoop
+from danaus.transports.tcp.launcher import LocalLauncher
+from danaus.transports.tcp.limits import Limits
+from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.tcp.security import JobKeys, ZapHandler
 from danaus.transports.tcp.transport import ROOT, TcpTransport
 
@@ -47,6 +53,10 @@ HEARTBEAT_INTERVAL = 0.5
 HEARTBEAT_TIMEOUT = 3.0
 BIND_HOST = "127.0.0.1"
 """Jobs on one host listen on loopback only."""
+ADMIN_HOST = "127.0.0.1"
+"""The admin socket (`danaus top`, `danaus debug`) listens on loopback unless configured."""
+TRACE_TIMEOUT = 5.0
+"""How long a controller writing its trace at shutdown waits for each proc's events."""
 
 
 class TcpWorld(World):
@@ -65,6 +75,7 @@ class TcpWorld(World):
         heartbeat_interval: float,
         heartbeat_timeout: float,
         bind_host: str,
+        limits: Limits,
         controller_address: str | None = None,
         trace: bool = False,
     ) -> None:
@@ -77,26 +88,38 @@ class TcpWorld(World):
         self.heartbeat_timeout = heartbeat_timeout
         self.trace = Trace(time.monotonic, enabled=trace)
         self.random = random.Random()
+        self.limits = limits
+        self.max_procs_per_host = limits.max_procs_per_host
         self.io = IoLoop(f"danaus-io-{proc_id}")
-        self.context = zmq.Context()
+        self.contexts = (zmq.Context(), zmq.Context())
+        """Control plane's, data plane's: each its own zmq I/O thread (and ZAP handler)."""
         self.loop = asyncio.SelectorEventLoop()
-        self.zap = ZapHandler(self.context, self.io, keys)
+        self.zaps = [ZapHandler(context, self.io, keys) for context in self.contexts]
         self.transport = self.transport_class(
             proc_id,
             host,
             self.io,
-            self.context,
+            self.contexts,
             keys,
             self.loop,
             bind_host=bind_host,
+            limits=limits,
+            refusals=RefusalLog(),
             controller_address=controller_address,
         )
         self.launcher = LocalLauncher(self)
+        self.faults = SignalFaults(self)
         self.directory: Directory = None  # type: ignore[assignment]
         self._runtime: Runtime | None = None
         self._loop_thread: threading.Thread | None = None
         self._closed = False
         self._last_ping = time.monotonic()
+        self.admin: AdminService | None = None
+        """What `danaus top` and `danaus debug` ask (the controller only)."""
+        self.admin_socket: AdminSocket | None = None
+        self.trace_file: str | None = None
+        """Where the controller writes the job's trace when it shuts down."""
+        hook.install()
 
     # ---- making worlds ----------------------------------------------------------------
 
@@ -106,10 +129,20 @@ class TcpWorld(World):
         heartbeat_interval: float = HEARTBEAT_INTERVAL,
         heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
         bind_host: str = BIND_HOST,
-        trace: bool = False,
+        trace: bool | str | None = None,
         encrypt: bool = True,
+        admin: bool = True,
+        admin_host: str = ADMIN_HOST,
+        **limits: float | None,
     ) -> TcpWorld:
-        """The controller's world: the root proc, the directory, and this host's agent."""
+        """The controller's world: the root proc, the directory, and this host's agent.
+
+        ``trace``: True records the job's events, a path also writes them there
+        at shutdown (`danaus.tracing`). ``admin``: serve `danaus top` and
+        `danaus debug` on ``admin_host``. ``limits`` are the options of
+        `Limits.from_options`.
+        """
+        trace_file = tracing.destination(trace)
         world = cls(
             proc_id=ROOT,
             host=socket.gethostname(),
@@ -118,8 +151,12 @@ class TcpWorld(World):
             heartbeat_interval=heartbeat_interval,
             heartbeat_timeout=heartbeat_timeout,
             bind_host=bind_host,
-            trace=trace,
+            limits=Limits.from_options(**limits),
+            trace=bool(trace) or trace_file is not None,
         )
+        world.trace_file = trace_file
+        if admin:
+            world.admin_socket = AdminSocket(world, admin_host)
         world.directory = Directory(
             world.transport.send_control,
             world.io,
@@ -137,6 +174,9 @@ class TcpWorld(World):
         world._runtime = world._on_loop(
             lambda: world._make_runtime({PROC_AGENT: ProcAgent, HOST_AGENT: HostAgent})
         )
+        world.admin = AdminService(world)
+        if world.admin_socket is not None:
+            world.admin_socket.publish()
         return world
 
     @classmethod
@@ -152,6 +192,7 @@ class TcpWorld(World):
             controller_address=boot.controller,
             trace=boot.trace,
             bind_host=boot.bind_host,
+            limits=Limits(**boot.limits),
         )
         world.transport.on_control = world._worker_control
         world.io.start()
@@ -221,8 +262,8 @@ class TcpWorld(World):
     def hosts(self) -> Sequence[str]:
         return [self.host_agent]
 
-    def sync_runner(self) -> SyncRunner:
-        return ThreadRunner(f"danaus-actor-{self.proc_id}")
+    def actor_runner(self, name: str) -> ActorRunner:
+        return ActorThread(f"danaus-actor-{name}")
 
     def shutdown(self) -> None:
         """Stop every mesh this process owns (gracefully, within a timeout), then every worker."""
@@ -236,6 +277,10 @@ class TcpWorld(World):
             stopping.result(timeout=2 * STOP_TIMEOUT)
         except Exception as exc:
             log.error("stopping meshes at shutdown failed: %r", exc)
+        if self.trace_file is not None:
+            self._write_trace(self.trace_file)
+        if self.admin_socket is not None:
+            self.admin_socket.close()
         self._stop_children()
         try:
             asyncio.run_coroutine_threadsafe(self._close_runtime(), self.loop).result(timeout=5)
@@ -244,7 +289,19 @@ class TcpWorld(World):
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._loop_thread.join(5)
         self.io.stop()
-        self.context.destroy(linger=0)
+        for context in self.contexts:
+            context.destroy(linger=0)
+
+    def _write_trace(self, path: str) -> None:
+        """Gather the events of the procs still alive and write the job's trace to ``path``."""
+        try:
+            gathering = tracing.gather_events(self, TRACE_TIMEOUT)
+            events = asyncio.run_coroutine_threadsafe(gathering, self.loop).result()
+            tracing.write(events, path)
+        except Exception as exc:
+            log.error("writing the trace to %s failed: %r", path, exc)
+        else:
+            log.info("wrote %d trace events to %s", len(events), path)
 
     def _stop_children(self) -> None:
         done = threading.Event()
@@ -267,21 +324,15 @@ class TcpWorld(World):
 
     def abort(self, status: int) -> NoReturn:
         """End the controller at once: kill every worker, then exit with ``status``."""
+        if self.admin_socket is not None:
+            self.admin_socket.close()
+        if self.trace_file is not None:
+            with contextlib.suppress(Exception):
+                tracing.write(self.trace.events, self.trace_file)
         if self._loop_thread is not None:
             self._stop_children()
         _flush()
         os._exit(status)
-
-    def inject(self, fault: Fault, proc: str) -> None:
-        signals = {"crash": signal.SIGKILL, "pause": signal.SIGSTOP, "resume": signal.SIGCONT}
-        if fault not in signals:
-            raise ValueError(f"unknown fault {fault!r}")
-        if self.directory is None:
-            raise RuntimeError("faults are injected from the controller")
-        self.io.call_soon(self.launcher.kill, proc, signals[fault])
-
-    def worker_procs(self, host: str) -> list[str]:
-        return sorted(self.launcher.children()) if host in self.hosts() else []
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.proc_id} at {self.transport.address.control}>"
@@ -294,7 +345,7 @@ def _flush() -> None:
 
 
 def worker_main(boot: Bootstrap) -> None:
-    """Entry point of ``python -m danaus.worker`` once the bootstrap is read."""
+    """Entry point of ``python -m danaus.transports.tcp.worker`` once the bootstrap is read."""
     from danaus.core import config
 
     world_class = config.transport_module(boot.transport).World
@@ -304,7 +355,8 @@ def worker_main(boot: Bootstrap) -> None:
         world.serve_forever()
     finally:
         world.io.stop()
-        world.context.destroy(linger=1000)
+        for context in world.contexts:
+            context.destroy(linger=1000)
 
 
 __all__ = ["TcpWorld", "worker_main"]

@@ -1,11 +1,19 @@
 """The UCX data plane: an endpoint to every peer, served by an asyncio loop on a thread of its own.
 
 UCX picks the fastest way it can between two procs (shared memory, TCP,
-InfiniBand...). It authenticates nothing, so every connection starts with a
-challenge: the accepting side sends a random nonce, the connecting side
-answers with its proc id and an HMAC of both under the job's secret, which
-only members of the job hold (it reaches workers on their stdin, like the
-CURVE key). Frames from a connection that fails the challenge are never read.
+InfiniBand...). It authenticates nothing, so every connection starts with the
+challenge of `danaus.transports.ucx.handshake`: fixed-size messages read into
+buffers of exactly their size, under a deadline (``handshake_timeout``), with
+at most ``max_pending_handshakes`` strangers heard at once. Nothing a stranger
+sends is trusted for a size or a count, and frames from a connection that fails
+the challenge are never read. Refusals are logged, rate-limited per address.
+Once a peer is a member, each message is a header of frame sizes, checked
+against the limits before anything is allocated (`danaus.transports.ucx.framing`).
+
+ucxx's listener listens on every interface (its Python API takes no address),
+so a connection that arrives on another address than the job's bind address
+is closed before anything is read from it; UCX's own sockets are kept to the
+job's device by `danaus.transports.ucx.devices`.
 
 Messages to one peer go out one at a time from one queue, over one endpoint,
 so they arrive in the order sent. A UCX send completes when its buffer may be
@@ -23,8 +31,7 @@ whole core per proc, even idle, which starves user code on a small machine.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
+import ipaddress
 import logging
 import os
 import threading
@@ -33,20 +40,17 @@ from typing import Any
 
 import ucxx
 
+from danaus.transports.tcp.buffers import allocate
+from danaus.transports.tcp.limits import Limits
+from danaus.transports.tcp.refusals import RefusalLog
+from danaus.transports.ucx import framing, handshake
+from danaus.transports.ucx.addresses import endpoint_addresses
+from danaus.transports.ucx.devices import restrict_to
+
 log = logging.getLogger("danaus.ucx")
-
-GREETING = b"DNSU1"
-"""First frame of the challenge: names the protocol and its version."""
-
-BYE = b"DNSU-BYE"
-"""A connection's last message, answered in kind once everything before it has arrived."""
 
 LINGER = 2.0
 """Seconds a stopping plane gives what it has queued to arrive (as zmq's linger does on tcp)."""
-
-
-def _proof(secret: bytes, nonce: bytes, proc: bytes) -> bytes:
-    return hmac.new(secret, nonce + b"/" + proc, hashlib.sha256).digest()
 
 
 class _UcxLoop:
@@ -54,7 +58,8 @@ class _UcxLoop:
 
     ucxx keeps one context per process, bound to the loop that first used it
     (its notifier completes futures there), so every plane of the process
-    shares this loop; it lives as long as the process.
+    shares this loop; it lives as long as the process. UCX itself is shut down
+    when the last plane stops (`release`), while the process still runs.
     """
 
     _shared: _UcxLoop | None = None
@@ -62,6 +67,7 @@ class _UcxLoop:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
+        self._planes = 0
         started = threading.Event()
 
         def run() -> None:
@@ -74,14 +80,39 @@ class _UcxLoop:
 
     @classmethod
     def shared(cls) -> _UcxLoop:
+        """The process's loop, with one more plane counted on it."""
         with cls._lock:
             if cls._shared is None:
                 cls._shared = cls()
+            cls._shared._planes += 1
             return cls._shared
 
     def run(self, coro: Any, timeout: float = 30) -> Any:
         """Run ``coro`` on the loop and wait for its result (from another thread)."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def release(self) -> None:
+        """A plane stopped; after the last one, shut UCX down (its worker, context and threads).
+
+        Left alive, the UCX worker keeps its sockets registered with UCX's
+        async thread, which goes on dispatching their events (peers closing as
+        the job ends) while ``exit()`` runs UCX's library destructors and frees
+        the handler table under it: ``async.c: Assertion 'handler->id == id'
+        failed``. Destroying the worker first unregisters every socket, so
+        nothing is left to dispatch when the process exits.
+        """
+        with self._lock:
+            self._planes -= 1
+            if self._planes > 0:
+                return
+
+        async def reset() -> None:
+            ucxx.reset()
+
+        try:
+            self.run(reset())
+        except Exception as exc:
+            log.warning("ucx: UCX could not be shut down before exit: %r", exc)
 
 
 class UcxPlane:
@@ -92,11 +123,16 @@ class UcxPlane:
         proc: str,
         secret: bytes,
         bind_host: str,
+        limits: Limits,
+        refusals: RefusalLog,
         receive: Callable[[str, list[Any]], None],
         lookup: Callable[[str], None],
     ) -> None:
         self._proc = proc.encode()
         self._secret = secret
+        self._bind_host = bind_host
+        self._limits = limits
+        self._refusals = refusals
         self._receive = receive
         self._lookup = lookup
         self._queues: dict[str, asyncio.Queue[list[Any] | None]] = {}
@@ -104,13 +140,16 @@ class UcxPlane:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._endpoints: list[Any] = []
         self._handlers: set[asyncio.Task[Any]] = set()
+        self._strangers = 0
+        """Accepted connections still proving themselves."""
         self._stopping = False
         self._draining = False
+        restrict_to(bind_host)
         self._ucx = _UcxLoop.shared()
         self.loop = self._ucx.loop
 
         async def listen() -> Any:
-            return ucxx.create_listener(self._accept)
+            return ucxx.create_listener(self._accept, connect_timeout=limits.handshake_timeout)
 
         self._listener = self._ucx.run(listen())
         self.address = f"{bind_host}:{self._listener.port}"
@@ -153,28 +192,37 @@ class UcxPlane:
             found.set_result(address)
 
     async def _send_all(self, dest: str, queue: asyncio.Queue[list[Any] | None]) -> None:
-        """Connect to ``dest``, answer its challenge, then send its messages in order.
+        """Connect to ``dest``, pass its challenge, then send its messages in order.
 
         ``None`` in the queue ends the connection: `BYE`, then the peer's answer.
         """
         try:
             host, port = (await self._address(dest)).rsplit(":", 1)
-            endpoint = await ucxx.create_endpoint(host, int(port))
+            endpoint = await ucxx.create_endpoint(
+                host, int(port), connect_timeout=self._limits.handshake_timeout
+            )
             self._endpoints.append(endpoint)
-            greeting = await endpoint.recv_multi()
-            if len(greeting) != 2 or bytes(greeting[0]) != GREETING:
-                raise ConnectionError(f"{dest} did not greet as a Danaus proc")
-            nonce = bytes(greeting[1])
-            await endpoint.send_multi([self._proc, _proof(self._secret, nonce, self._proc)])
+            await asyncio.wait_for(self._prove(endpoint), self._limits.handshake_timeout)
             while (message := await queue.get()) is not None:
-                await endpoint.send_multi(message)
-            await endpoint.send_multi([BYE])
-            await endpoint.recv_multi()
+                await _send_message(endpoint, message)
+            await endpoint.send(framing.BYE)
+            await endpoint.recv(bytearray(len(framing.BYE)))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             if not self._stopping:
                 log.warning("ucx: sending to %s stopped: %r", dest, exc)
+
+    async def _prove(self, endpoint: Any) -> None:
+        """Answer the accepting side's challenge, and check that it belongs to the job too."""
+        greeting = bytearray(handshake.GREETING_BYTES)
+        await endpoint.recv(greeting)
+        nonce = handshake.read_greeting(greeting)
+        own = os.urandom(handshake.NONCE_BYTES)
+        await endpoint.send(handshake.answer(self._secret, self._proc, nonce, own))
+        welcome = bytearray(handshake.WELCOME_BYTES)
+        await endpoint.recv(welcome)
+        handshake.check_welcome(self._secret, welcome, nonce, own, self._proc)
 
     def forget(self, dest: str) -> None:
         """Drop what is queued for a lost peer."""
@@ -194,36 +242,82 @@ class UcxPlane:
             self._handlers.add(handler)
             handler.add_done_callback(self._handlers.discard)
         self._endpoints.append(endpoint)
-        nonce = os.urandom(16)
-        try:
-            await endpoint.send_multi([GREETING, nonce])
-            answer = await endpoint.recv_multi()
-            if len(answer) != 2:
-                raise PermissionError("a malformed answer to the challenge")
-            proc = bytes(answer[0])
-            if not hmac.compare_digest(bytes(answer[1]), _proof(self._secret, nonce, proc)):
-                raise PermissionError("a wrong answer to the challenge")
-            src = proc.decode()
-        except Exception as exc:
-            log.warning("ucx: refused a connection: %s", exc)
-            endpoint.abort()
+        local, remote = endpoint_addresses(endpoint)
+        peer = remote[0] if remote else None
+        if not _arrived_on(local, self._bind_host):
+            self._refuse(endpoint, peer, f"it arrived on {local}, not on {self._bind_host}")
             return
+        if self._strangers >= self._limits.max_pending_handshakes:
+            self._refuse(
+                endpoint,
+                peer,
+                f"{self._strangers} connections are already proving themselves "
+                "(max_pending_handshakes)",
+            )
+            return
+        self._strangers += 1
+        try:
+            src = await asyncio.wait_for(self._challenge(endpoint), self._limits.handshake_timeout)
+        except asyncio.TimeoutError:
+            self._refuse(
+                endpoint,
+                peer,
+                f"no answer to the challenge within {self._limits.handshake_timeout:g} s",
+            )
+            return
+        except Exception as exc:
+            self._refuse(endpoint, peer, str(exc) or repr(exc))
+            return
+        finally:
+            self._strangers -= 1
+        await self._serve(endpoint, src)
+
+    def _refuse(self, endpoint: Any, peer: str | None, reason: str) -> None:
+        self._refusals.refused(f"proc {self._proc.decode()} (ucx)", peer, reason)
+        endpoint.abort()
+
+    async def _challenge(self, endpoint: Any) -> str:
+        """The id of the proc at the other end, once it has proved it belongs to the job."""
+        nonce = os.urandom(handshake.NONCE_BYTES)
+        await endpoint.send(handshake.greeting(nonce))
+        answer = bytearray(handshake.ANSWER_BYTES)
+        await endpoint.recv(answer)
+        proc, theirs = handshake.check_answer(self._secret, answer, nonce)
+        await endpoint.send(handshake.welcome(self._secret, nonce, theirs, proc))
+        return proc
+
+    async def _serve(self, endpoint: Any, src: str) -> None:
+        """Receive the messages of member ``src`` until it says `BYE`."""
+        header = bytearray(framing.HEADER_BYTES)
         while True:
             try:
-                frames = await endpoint.recv_multi()
-                if len(frames) == 1 and bytes(frames[0]) == BYE:
-                    await endpoint.send_multi([BYE])
+                await endpoint.recv(header)
+                sizes = framing.read_header(header, self._limits.max_message_bytes)
+                if not sizes:
+                    await endpoint.send(framing.BYE)
                     return
+                frames = [allocate(size) for size in sizes]
+                for frame in frames:
+                    if frame.nbytes:
+                        await endpoint.recv(frame)
+            except framing.FramingError as exc:
+                log.error(
+                    "ucx: proc %s rejected a message from %s and closed its connection: %s",
+                    self._proc.decode(),
+                    src,
+                    exc,
+                )
+                endpoint.abort()
+                return
             except Exception as exc:
                 log.debug("ucx: receiving from %s ended: %r", src, exc)
                 return
-            if frames:
-                self._receive(src, frames)
+            self._receive(src, frames)
 
     # ---- ending -----------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Close this plane's listener and endpoints (the process's UCX loop lives on)."""
+        """Close this plane's listener and endpoints; after the process's last plane, UCX."""
         if self._stopping:
             return
         self._stopping = True
@@ -249,8 +343,31 @@ class UcxPlane:
             if self._handlers:  # they end once their endpoint is aborted
                 await asyncio.wait(self._handlers, timeout=1)
             self._listener.close()
+            self._endpoints.clear()
+            self._tasks.clear()
 
         try:
             self._ucx.run(close(), timeout=LINGER + 5)
         except Exception as exc:
             log.debug("ucx: closing: %r", exc)
+        self._listener = None
+        self._ucx.release()
+
+
+async def _send_message(endpoint: Any, message: list[Any]) -> None:
+    """The header of ``message``'s frame sizes, then its non-empty frames, posted in order."""
+    views = [memoryview(frame) for frame in message]
+    sizes = [view.nbytes for view in views]
+    sends = [endpoint.send(framing.header(sizes))]
+    sends += [endpoint.send(view) for view in views if view.nbytes]
+    await asyncio.gather(*sends)
+
+
+def _arrived_on(local: tuple[str, int] | None, bind_host: str) -> bool:
+    """Whether a connection that arrived at ``local`` reached the job's bind address."""
+    try:
+        if ipaddress.ip_address(bind_host).is_unspecified:
+            return True
+    except ValueError:
+        return True
+    return local is not None and local[0] == bind_host

@@ -53,7 +53,7 @@ from functools import partial
 
 import numpy as np
 
-from danaus.transports.base import DeviceMemory, Memory, MemoryHandle, ProcLoss, memory_owner_lost
+from danaus.core.transport import DeviceMemory, Memory, MemoryHandle, ProcLoss, memory_owner_lost
 from danaus.transports.tcp.ioloop import IoLoop, Settle
 from danaus.transports.ucx.rma_library import BAD_KEY, CLOSED, DROPPED, NativeRma, Region, load
 

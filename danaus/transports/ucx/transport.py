@@ -16,7 +16,7 @@ import asyncio
 import logging
 from typing import Any
 
-from danaus.transports.base import Memory, MemoryHandle, ProcLoss, memory_owner_lost
+from danaus.core.transport import Memory, MemoryHandle, ProcLoss, memory_owner_lost
 from danaus.transports.tcp.ioloop import Settle, settler
 from danaus.transports.tcp.memory import MEMORY, Drop, decode
 from danaus.transports.tcp.transport import TcpTransport
@@ -47,7 +47,15 @@ class UcxTransport(TcpTransport):
 
     def _data_plane(self, bind_host: str) -> UcxPlane:
         """Core messages over UCX, served on the process's UCX thread."""
-        return UcxPlane(self.proc_id, self._keys.secret, bind_host, self._from_plane, self._lookup)
+        return UcxPlane(
+            self.proc_id,
+            self._keys.secret,
+            bind_host,
+            self.limits,
+            self.refusals,
+            self._from_plane,
+            self._lookup,
+        )
 
     # ---- registered memory --------------------------------------------------------------
 

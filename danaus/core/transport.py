@@ -1,19 +1,19 @@
-"""The contract between Danaus's core and a transport.
+"""The contract between Danaus's core and a transport: all that core needs of one, and no more.
 
 A transport brings three things:
 
-* a `World`: the event loop the runtime runs on (real asyncio, or a
-  virtual-time loop), how sync endpoints run, the hosts it knows, its launcher
-  and its trace;
+* a `World`: everything about one run in one OS process: the event loop the
+  runtime runs on (real asyncio, or a virtual-time loop), how sync endpoints
+  run, the hosts it knows, its launcher, its trace, its random source, and the
+  hooks a run may set (the unhandled-fault hook, fault sites, fault injection);
 * one `Transport` per proc: ordered, thread-safe ``send`` of frames to another
   proc by id, a receive callback, a notice when a peer is lost, and memory
   registration for one-sided reads and writes;
 * a `Launcher` that starts procs on a host and reports when they end.
 
-Core code talks only to these classes. A transport package
-``danaus.transports.<name>`` exposes ``configured(**options)``, which checks
-the options (called by ``configure()`` and again just before the world is
-made), ``create_world(**options) -> World``, and its ``World`` class.
+A transport package ``danaus.transports.<name>`` exposes ``configured(**options)``,
+which checks the options (called by ``configure()`` and again just before the
+world is made), ``create_world(**options) -> World``, and its ``World`` class.
 """
 
 from __future__ import annotations
@@ -21,73 +21,25 @@ from __future__ import annotations
 import asyncio
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, NoReturn, overload
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from danaus.core.errors import SupervisionError
+from danaus.core.serialize import Buffer
 
 if TYPE_CHECKING:
+    from danaus.core.faults import Faults
     from danaus.core.runtime import Runtime
+    from danaus.core.sites import Sites
+    from danaus.core.supervision import MeshFailure
     from danaus.core.trace import Trace
 
-Buffer = bytes | bytearray | memoryview
+ROOT = "root"
+"""The proc id of the controller's own proc, in every world."""
+
 FrameHandler = Callable[[str, list[Buffer]], None]
-
-
-def copy_frames(frames: Sequence[Buffer]) -> list[Buffer]:
-    """Frames the receiver may keep, as a network would hand them over: never the sender's memory.
-
-    Bytes are immutable, so they are shared rather than copied.
-    """
-    return [f if isinstance(f, bytes) else bytearray(f) for f in frames]
-
-
-class NumberedNames(Sequence[str]):
-    """The names ``{prefix}0`` ... ``{prefix}{count-1}``, stored compactly.
-
-    Meshes carry the names of their members in every message that refers to
-    them; at thousands of members a list of strings would dominate the message.
-    """
-
-    __slots__ = ("count", "prefix")
-
-    def __init__(self, prefix: str, count: int) -> None:
-        self.prefix = prefix
-        self.count = count
-
-    @overload
-    def __getitem__(self, index: int) -> str: ...
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[str]: ...
-    def __getitem__(self, index: int | slice) -> str | Sequence[str]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self.count))]
-        if index < 0:
-            index += self.count
-        if not 0 <= index < self.count:
-            raise IndexError(index)
-        return f"{self.prefix}{index}"
-
-    def __len__(self) -> int:
-        return self.count
-
-    def __iter__(self) -> Iterator[str]:
-        return (f"{self.prefix}{i}" for i in range(self.count))
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, NumberedNames):
-            return (self.prefix, self.count) == (other.prefix, other.count)
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash((self.prefix, self.count))
-
-    def __repr__(self) -> str:
-        return f"NumberedNames({self.prefix!r}, {self.count})"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (NumberedNames, (self.prefix, self.count))
+"""Receives ``(sender proc, frames)`` on the world's loop thread."""
 
 
 @dataclass(frozen=True)
@@ -164,7 +116,7 @@ class Transport(ABC):
 
     proc_id: str
     memory_backend: str = "none"
-    """What serves `read` and `write`: ``sim``, ``tcp``, ``ucx``, ``verbs``."""
+    """What serves `read` and `write`, as `danaus.rdma.backend()` reports it."""
     memory_one_sided: bool = False
     """True when the remote side's CPU takes no part (real RDMA, or its simulation)."""
     memory_devices: frozenset[str] = frozenset({"cpu"})
@@ -231,22 +183,34 @@ class Launcher(ABC):
         """End the procs: politely, then by force after ``timeout`` seconds."""
 
 
-class SyncRunner(ABC):
-    """Runs one actor's sync endpoints, one at a time, off the event loop's task."""
+class ActorRunner(ABC):
+    """Where one actor's code runs: the loop its messages are handled on, and its sync code.
+
+    All of an actor's code runs on one thread: ``__init__``, sync and async
+    endpoints, ``__supervise__`` and ``__cleanup__``.
+    """
+
+    loop: asyncio.AbstractEventLoop
+    """The loop the actor's message loop and async code run on."""
 
     @abstractmethod
-    def run(self, fn: Callable[[], Any]) -> Awaitable[Any]:
-        """Run ``fn`` and return an awaitable of its result."""
+    def call_sync(self, fn: Callable[[], Any]) -> Awaitable[Any]:
+        """Run sync user code ``fn`` for a task of `loop`: an awaitable of its result."""
 
-    def close(self) -> None:  # noqa: B027 - most runners hold nothing
-        """Release what the runner holds once its actor is gone."""
+    def close(self) -> None:  # noqa: B027 - a shared runner holds nothing per actor
+        """Release what the runner holds once its actor is gone (from any thread)."""
 
 
-Fault = Literal["crash", "pause", "resume"]
+FaultHook = Callable[["MeshFailure"], None]
+"""What runs when a failure reaches the root unhandled (see `danaus.unhandled_fault_hook`)."""
 
 
 class World(ABC):
-    """Everything one OS process needs to run procs on a transport."""
+    """Everything one OS process needs to run procs on a transport, and the run's own state.
+
+    Nothing about a run lives in module globals: two worlds made one after the
+    other in one process share no hook, no fault site and no random state.
+    """
 
     name: str
     loop: asyncio.AbstractEventLoop
@@ -254,12 +218,24 @@ class World(ABC):
     launcher: Launcher
     random: random.Random
     """Randomness for the runtime (restart jitter): seeded where runs must replay."""
+    faults: Faults
+    """What a chaos run can do to this world (crash, pause, network faults)."""
     deterministic: bool = False
+    max_procs_per_host: int = 1024
+    """The most procs one ``spawn_procs`` may ask of each host (checked before anything starts)."""
+    sites: Sites | None = None
+    """The live fault sites of a chaos run on this world, if any."""
+    fault_hook: FaultHook | None = None
+    """This run's unhandled-fault hook; None: the process's ``danaus.unhandled_fault_hook``."""
 
     @property
     @abstractmethod
     def root(self) -> Runtime:
         """The runtime of the proc this OS process's main code belongs to."""
+
+    def live_workers(self) -> list[str]:
+        """The live worker procs of every host (as ``faults.workers`` reports them)."""
+        return [p for host in self.hosts() for p in self.faults.workers(host)]
 
     def local_runtimes(self) -> list[Runtime]:
         """The runtimes of the procs living in this OS process (they record into `trace`)."""
@@ -270,8 +246,8 @@ class World(ABC):
         """Proc ids of the host agents of every host in the world, in order."""
 
     @abstractmethod
-    def sync_runner(self) -> SyncRunner:
-        """A runner for one actor's sync endpoints."""
+    def actor_runner(self, name: str) -> ActorRunner:
+        """Where a new user actor called ``name`` runs."""
 
     @abstractmethod
     def shutdown(self) -> None:
@@ -284,11 +260,3 @@ class World(ABC):
     @abstractmethod
     def abort(self, status: int) -> NoReturn:
         """End the controller now with ``status``, taking down every proc it started."""
-
-    @abstractmethod
-    def inject(self, fault: Fault, proc: str) -> None:
-        """Crash, pause or resume ``proc`` as a real fault would (thread-safe)."""
-
-    @abstractmethod
-    def worker_procs(self, host: str) -> list[str]:
-        """The live procs running user actors on ``host`` (a host agent id), in a stable order."""

@@ -1,4 +1,4 @@
-"""``python -m danaus.worker``: a worker process, started by a launcher.
+"""``python -m danaus.transports.tcp.worker``: a worker process, started by a launcher.
 
 It reads its bootstrap from stdin, makes sure it dies with its parent, and
 serves its proc until told to exit. It imports nothing heavy: user code pulls
@@ -27,15 +27,15 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def main() -> None:
-    from danaus.launch.bootstrap import Bootstrap
+    from danaus.transports.tcp.bootstrap import Bootstrap
 
     boot = Bootstrap.decode(sys.stdin.buffer.read())
     _die_with_parent(boot.parent_pid)
     os.chdir(boot.cwd)
     sys.path[:0] = [p for p in boot.sys_path if p not in sys.path]
-    from danaus.launch import logs
+    from danaus.transports.tcp import output
 
-    logs.install(boot.proc_id)
+    output.install(boot.proc_id)
     from danaus.transports.tcp.world import worker_main
 
     worker_main(boot)

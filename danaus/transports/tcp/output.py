@@ -16,6 +16,7 @@ import threading
 from typing import TextIO
 
 from danaus.core.context import peek_context
+from danaus.core.instance import InstanceKind
 
 
 def actor_label() -> str | None:
@@ -24,7 +25,7 @@ def actor_label() -> str | None:
     if ctx is None:
         return None
     instance = ctx.actor_instance
-    if instance.is_system or instance.key == "client":
+    if instance.kind is not InstanceKind.USER:
         return None
     coords = " ".join(f"{k}={v}" for k, v in instance.rank.items())
     return f"{instance.name} {coords}".rstrip()

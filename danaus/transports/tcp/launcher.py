@@ -1,6 +1,6 @@
 """Local launcher: worker processes on this machine, started and watched from the I/O thread.
 
-Each worker is ``python -m danaus.worker`` with its bootstrap (including the
+Each worker is ``python -m danaus.transports.tcp.worker`` with its bootstrap (including the
 job's secret key) written to its stdin. Its exit is noticed at once through a
 pidfd; its stdout and stderr are copied to the controller's, line by line.
 Workers die with the controller: they ask the kernel for a parent-death
@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import functools
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -20,9 +21,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, TypeVar
 
-from danaus.launch.bootstrap import Bootstrap
-from danaus.transports.base import Launcher, ProcLoss, ProcSpec
+import msgspec
+
+from danaus.core.transport import Launcher, ProcLoss, ProcSpec
+from danaus.progress import Progress
 from danaus.transports.tcp import control
+from danaus.transports.tcp.bootstrap import Bootstrap
 from danaus.transports.tcp.ioloop import Settle, settler
 
 if TYPE_CHECKING:
@@ -58,11 +62,15 @@ class LocalLauncher(Launcher):
         self._children: dict[str, _Child] = {}
 
     async def launch(self, specs: Sequence[ProcSpec]) -> None:
+        _check_process_limit(len(specs))
         waits = self._each_on_io(self._start, specs)
-        try:
-            await asyncio.wait_for(asyncio.gather(*waits), STARTUP_TIMEOUT)
-        except asyncio.TimeoutError:
-            raise RuntimeError(f"procs did not start within {STARTUP_TIMEOUT:g} s") from None
+        with Progress(f"starting {len(specs)} procs", len(specs)) as progress:
+            for wait in waits:
+                wait.add_done_callback(lambda _: progress.advance())
+            try:
+                await asyncio.wait_for(asyncio.gather(*waits), STARTUP_TIMEOUT)
+            except asyncio.TimeoutError:
+                raise RuntimeError(f"procs did not start within {STARTUP_TIMEOUT:g} s") from None
 
     async def stop(self, procs: Sequence[str], timeout: float) -> None:
         waits = self._each_on_io(self._ask_exit, procs)
@@ -107,10 +115,11 @@ class LocalLauncher(Launcher):
             bind_host=world.bind_host,
             transport=world.name,
             encrypt=world.keys.encrypt,
+            limits=msgspec.structs.asdict(world.limits),
         )
         try:
             popen = subprocess.Popen(
-                [sys.executable, "-m", "danaus.worker"],
+                [sys.executable, "-m", "danaus.transports.tcp.worker"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -206,3 +215,31 @@ def _emit(child: _Child, sink: IO[str], data: bytes) -> None:
         del child.stderr_tail[:-STDERR_TAIL]
     sink.write(text)
     sink.flush()
+
+
+THREADS_PER_PROC = 8
+"""About how many threads a worker runs (runtime, I/O, zmq, actors); RLIMIT_NPROC counts them."""
+
+
+def _check_process_limit(count: int) -> None:
+    """Refuse, before starting any, ``count`` procs that the host's process limit would cut short.
+
+    RLIMIT_NPROC counts every thread of the user; without this check, a large
+    request forks until the kernel refuses, and leaves the rest half started.
+    """
+    soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+    if soft == resource.RLIM_INFINITY or os.geteuid() == 0:
+        return
+    uid = os.getuid()
+    used = 0
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.stat(entry.path).st_uid == uid:
+                    used += len(os.listdir(f"{entry.path}/task"))
+    needed = count * THREADS_PER_PROC
+    if used + needed > soft:
+        raise RuntimeError(
+            f"starting {count} procs needs about {needed} more threads; this user runs {used} "
+            f"and the host's limit (ulimit -u) is {soft}"
+        )

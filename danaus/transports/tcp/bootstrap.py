@@ -27,6 +27,8 @@ class Bootstrap(msgspec.Struct, frozen=True):
     trace: bool = False
     transport: str = "tcp"
     encrypt: bool = True
+    limits: dict[str, int | float] = {}
+    """The job's `danaus.transports.tcp.limits.Limits`, as a dict."""
 
     def encode(self) -> bytes:
         return msgspec.msgpack.encode(self)

@@ -1,0 +1,75 @@
+"""What a world lets a chaos run do to it: the faults real systems suffer.
+
+Each fault that lasts returns a `Heal`, which undoes it. A world applies the
+faults it can make happen for real (the simulator: all of them, on its network
+model; real transports: crashes and pauses, through the launcher's signals) and
+raises `FaultUnsupported` for the others, saying why.
+
+Targets are hosts (host agent ids, as `World.hosts` gives them) and procs.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+
+Heal = Callable[[], None]
+"""Undoes the fault that returned it (call it once)."""
+
+
+class FaultUnsupported(Exception):
+    """This world cannot apply the fault; the message says why."""
+
+
+class Faults(ABC):
+    """Fault injection into one world. `crash`, `pause` and `resume` are thread-safe."""
+
+    controls_network = False
+    """Whether the network faults (slow, bandwidth, delay, clog, partition) can apply."""
+
+    @abstractmethod
+    def workers(self, host: str) -> list[str]:
+        """The live procs running user actors on ``host``, in a stable order."""
+
+    @abstractmethod
+    def crash(self, proc: str) -> None:
+        """Kill ``proc`` at once, as SIGKILL would."""
+
+    @abstractmethod
+    def pause(self, proc: str) -> Heal:
+        """Freeze ``proc``, as SIGSTOP would; the heal resumes it."""
+
+    @abstractmethod
+    def resume(self, proc: str) -> None:
+        """Let a paused ``proc`` run again (if it has not been declared lost meanwhile)."""
+
+    def crash_host(self, host: str) -> None:
+        """Kill every worker proc of ``host``."""
+        procs = self.workers(host)
+        if not procs:
+            raise FaultUnsupported("no worker procs on that host")
+        for proc in procs:
+            self.crash(proc)
+
+    def slow(self, proc: str, seconds: float) -> Heal:
+        """Every message to or from ``proc`` takes ``seconds`` longer."""
+        raise FaultUnsupported(self._no_network("slowing a proc"))
+
+    def bandwidth(self, host: str, factor: float) -> Heal:
+        """``host``'s NIC runs at ``factor`` of its bandwidth."""
+        raise FaultUnsupported(self._no_network("a bandwidth drop"))
+
+    def delay(self, a: str, b: str, seconds: float) -> Heal:
+        """Messages between hosts ``a`` and ``b`` take ``seconds`` longer, with jitter."""
+        raise FaultUnsupported(self._no_network("link delay"))
+
+    def clog(self, a: str, b: str) -> Heal:
+        """Traffic between hosts ``a`` and ``b`` waits until healed (then arrives, in order)."""
+        raise FaultUnsupported(self._no_network("clogging a link"))
+
+    def partition(self, side: Sequence[str], other: Sequence[str], one_way: bool) -> Heal:
+        """Cut ``side`` off from ``other`` (only ``side`` -> ``other`` when ``one_way``)."""
+        raise FaultUnsupported(self._no_network("a partition"))
+
+    def _no_network(self, what: str) -> str:
+        return f"{what} needs control of the network, which this world does not have"

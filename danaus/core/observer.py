@@ -1,0 +1,62 @@
+"""The hooks through which instrumentation (OpenTelemetry) sees calls, replies and failures.
+
+A runtime's ``observer`` is None unless instrumentation was switched on, and
+then the runtime and its instances call it at four points: a call leaves
+(`call_sent`, whose answer travels in the envelope to the callee), the port
+waiting for its answers closes (`port_closed`), an endpoint starts and ends
+(`handling`, `handled`), and an actor fails (`actor_failed`). With it off,
+each of those paths pays one attribute test.
+
+Worker processes learn that instrumentation is on from the environment: the
+variable ``DANAUS_OBSERVER`` names a module whose ``observer()`` gives this
+process's observer (see `danaus.otel`), so every proc a job starts afterwards
+is instrumented alike.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from danaus.core.instance import Instance
+    from danaus.core.runtime import Runtime
+    from danaus.core.wire import Call, PortRef
+
+ENVIRONMENT = "DANAUS_OBSERVER"
+
+
+class Observer:
+    """What instrumentation is told; every method does nothing here."""
+
+    def attach(self, runtime: Runtime) -> None:
+        """``runtime`` reports to this observer from now on."""
+
+    def call_sent(
+        self, sender: Instance, actor: str, method: str, count: int, reply: PortRef | None
+    ) -> dict[str, str] | None:
+        """A call to ``count`` actors left; what to carry to them in the envelope."""
+        return None
+
+    def port_closed(self, runtime: Runtime, port: int) -> None:
+        """Every answer awaited at ``port`` arrived (or will not)."""
+
+    def handling(self, instance: Instance, call: Call) -> Any:
+        """An endpoint starts; the token returned goes to `handled`."""
+        return None
+
+    def handled(self, token: Any, error: BaseException | None) -> None:
+        """The endpoint of ``token`` ended, with ``error`` if it raised."""
+
+    def actor_failed(self, instance: Instance, cause: str) -> None:
+        """``instance`` failed."""
+
+
+def from_environment() -> Observer | None:
+    """This process's observer, if ``DANAUS_OBSERVER`` names the module that makes it."""
+    name = os.environ.get(ENVIRONMENT)
+    if not name:
+        return None
+    module: Any = importlib.import_module(name)
+    return module.observer()

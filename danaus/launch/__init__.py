@@ -1,1 +1,0 @@
-"""How procs are started: local subprocesses today."""

@@ -1,0 +1,75 @@
+"""Recording a real run's trace: the typed events of a simulated run, from every proc of a job.
+
+A real world records events when it is made with ``trace=True`` (each proc
+keeps its own, on its own clock: ``time.monotonic``, shared by the processes of
+one host). The controller gathers them: from each proc mesh as it stops
+(`danaus.core.agents.keep_traces`), and from the procs still alive at the end
+(`gather_events`). With ``trace="run.json"``, or ``DANAUS_TRACE=run.json`` in
+the environment (what ``danaus run --trace run.json script.py`` sets), the
+controller writes the whole trace there when it shuts down: a Perfetto (Chrome
+JSON) trace, or JSON lines when the name ends in ``.jsonl``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from danaus.core.mesh import agent_of
+from danaus.core.trace import Event, Trace
+
+if TYPE_CHECKING:
+    from danaus.core.transport import World
+
+log = logging.getLogger("danaus.tracing")
+
+ENVIRONMENT = "DANAUS_TRACE"
+
+
+def destination(option: bool | str | None) -> str | None:
+    """Where a controller writes its trace: the ``trace`` option if a path, else the environment.
+
+    ``trace=False`` records nothing and writes nothing, whatever the environment says.
+    """
+    if isinstance(option, str):
+        return option
+    if option is None:
+        return os.environ.get(ENVIRONMENT) or None
+    return None
+
+
+async def gather_events(world: World, timeout: float) -> list[Event]:
+    """Every live proc's trace and what the controller kept, merged in time order.
+
+    Procs living in this OS process share its trace; a proc that does not
+    answer within ``timeout`` seconds is left out.
+    """
+    events = list(world.trace.events)
+    local = {runtime.proc_id for runtime in world.local_runtimes()}
+    remote = [proc for proc in world.live_workers() if proc not in local]
+    if not remote:
+        return events
+    world.root.client.enter()
+    for proc in remote:
+        try:
+            events += await asyncio.wait_for(agent_of(proc).trace_events.call_one(), timeout)
+        except Exception as exc:
+            log.info("the trace of proc %s is missing: %r", proc, exc)
+    return sorted(events, key=lambda e: e.t)
+
+
+def write(events: Sequence[Event], path: str | Path) -> None:
+    """Write ``events``: JSON lines if ``path`` ends in ``.jsonl``, else a Perfetto trace."""
+    ordered = sorted(events, key=lambda e: e.t)
+    if str(path).endswith(".jsonl"):
+        trace = Trace(lambda: 0.0)
+        trace.events = ordered
+        trace.write(path)
+    else:
+        from danaus.chaos.export import write_perfetto
+
+        write_perfetto(ordered, path)

@@ -1,0 +1,47 @@
+"""UCX's own listening sockets stay on the job's interface.
+
+Besides the listener Danaus asks for, UCX's TCP transport listens on every
+network device it may use (``UCX_NET_DEVICES``, all by default). Unless the
+user set that variable, it is set to the device that holds the job's bind
+address before UCX starts (``lo`` for a local job), so UCX listens there only.
+Workers inherit it with the rest of the controller's environment.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import ipaddress
+import os
+import socket
+import struct
+
+SIOCGIFADDR = 0x8915
+
+
+def device_of(host: str) -> str | None:
+    """The network device holding IPv4 address ``host`` (None: a wildcard, or none holds it)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if address.is_unspecified:
+        return None
+    if address.is_loopback:
+        return "lo"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _, name in socket.if_nameindex():
+            try:
+                request = struct.pack("256s", name.encode()[:15])
+                answer = fcntl.ioctl(probe.fileno(), SIOCGIFADDR, request)
+            except OSError:
+                continue
+            if socket.inet_ntoa(answer[20:24]) == str(address):
+                return name
+    return None
+
+
+def restrict_to(host: str) -> None:
+    """Have UCX listen only on the device of ``host``, unless ``UCX_NET_DEVICES`` is set."""
+    device = device_of(host)
+    if device is not None:
+        os.environ.setdefault("UCX_NET_DEVICES", device)

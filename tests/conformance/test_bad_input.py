@@ -1,0 +1,60 @@
+"""Bad input is refused where it is given, and a refused message is answered, never dropped."""
+
+from __future__ import annotations
+
+import pytest
+
+from danaus import Actor, Channel, SerializationError, context, endpoint, this_host
+from danaus.core import config
+from danaus.core.serialize import dumps
+from danaus.core.wire import Call, encode
+
+
+class Echo(Actor):
+    @endpoint
+    def ping(self) -> str:
+        return "pong"
+
+
+def test_shapes_are_checked_at_the_call(run):
+    def main():
+        host = this_host()
+        problems = []
+        for per_host, error in [
+            ({"w": True}, TypeError),
+            ({"w": 1.0}, TypeError),
+            (["w"], TypeError),
+            ({"w": 0}, ValueError),
+            ({"w": config.current_world().max_procs_per_host + 1}, ValueError),
+        ]:
+            with pytest.raises(error) as refused:
+                host.spawn_procs(per_host)
+            problems.append(str(refused.value))
+        echo = host.spawn_procs({"w": 1}).spawn("echo", Echo)
+        return problems, echo.ping.call_one().get(timeout=30)
+
+    problems, answer = run(main)
+    assert "must be an int, got bool True" in problems[0]
+    assert "must be a dict" in problems[2]
+    assert "max_procs_per_host" in problems[4]
+    assert answer == "pong"
+
+
+def test_a_call_the_receiver_rejects_is_answered_with_an_error(run):
+    """A message that fails validation at the receiving proc still ends its caller's wait."""
+
+    def main():
+        echo = this_host().spawn_procs({"w": 1}).spawn("echo", Echo)
+        echo.initialized.get(timeout=30)
+        port, answers = Channel.open()
+        runtime = context().actor_instance._runtime
+        [(proc, _)] = echo._targets()
+        bad = Call(echo._mesh_id, "ping", port._ref, 0, ("w",), (True,), "root/client", 0)
+        runtime.transport.send(proc, encode(bad, dumps(((), {}))))
+        with pytest.raises(SerializationError) as refused:
+            answers.recv().get(timeout=30)
+        return str(refused.value), echo.ping.call_one().get(timeout=30)
+
+    refused, answer = run(main)
+    assert "rejected the call" in refused and "bool" in refused
+    assert answer == "pong"

@@ -1,0 +1,138 @@
+"""The package's shape: core knows no transport, and every module imports on its own."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import danaus
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = Path(danaus.__file__).parent
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module a source file imports, at any depth (functions and TYPE_CHECKING too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module is not None:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_core_imports_nothing_from_the_transports():
+    offenders = {
+        str(path.relative_to(ROOT)): sorted(m for m in imported_modules(path) if "transports" in m)
+        for path in sorted((PACKAGE / "core").rglob("*.py"))
+    }
+    assert {path: mods for path, mods in offenders.items() if mods} == {}
+
+
+def test_the_checker_sees_imports_inside_functions(tmp_path):
+    source = tmp_path / "m.py"
+    source.write_text("def f():\n    from danaus.transports.tcp import world\n")
+    assert "danaus.transports.tcp" in imported_modules(source)
+
+
+def all_modules() -> list[str]:
+    names = ["danaus"]
+    for info in pkgutil.walk_packages([str(PACKAGE)], prefix="danaus."):
+        names.append(info.name)
+    return sorted(names)
+
+
+def needs_missing_extra(name: str) -> bool:
+    return name.startswith("danaus.transports.ucx") and importlib.util.find_spec("ucxx") is None
+
+
+IMPORT_EACH = """
+import importlib, json, os, sys, traceback
+for library in sys.argv[1:]:  # what Danaus imports, loaded once so that each fork starts quickly
+    importlib.import_module(library)
+assert not any(name == "danaus" or name.startswith("danaus.") for name in sys.modules)
+failures = {}
+for name in sys.stdin.read().split():
+    pid = os.fork()
+    if pid == 0:
+        try:
+            importlib.import_module(name)
+        except BaseException:
+            traceback.print_exc()
+            os._exit(1)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if status:
+        failures[name] = status
+print(json.dumps(failures))
+"""
+LIBRARIES = ["zmq", "msgspec", "simpy", "cloudpickle", "greenlet", "rich", "asyncio"]
+
+
+def test_every_module_imports_alone_in_a_fresh_interpreter():
+    """An import cycle shows up as a failure when the cycle is entered from the wrong module.
+
+    One fresh interpreter loads the third-party libraries, then forks a child per
+    module: each child imports its module with no Danaus module loaded before it.
+    """
+    names = [n for n in all_modules() if not needs_missing_extra(n)]
+    assert "danaus.transports.tcp.launcher" in names and "danaus.core.transport" in names
+    env = {k: v for k, v in os.environ.items() if k != "DANAUS_TRANSPORT"}
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORT_EACH, *LIBRARIES],
+        input=" ".join(names),
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == {}, done.stderr
+
+
+NO_SIDE_EFFECTS = """
+import asyncio, atexit, sys, threading
+policy = type(asyncio.get_event_loop_policy())
+import danaus
+from danaus.core import config
+assert config.installed() is None, "a world was made"
+assert type(asyncio.get_event_loop_policy()) is policy, "the event loop policy changed"
+assert threading.active_count() == 1, "a thread was started"
+assert "danaus.transports" not in " ".join(sys.modules), "a transport was imported"
+print("clean")
+"""
+
+
+def test_importing_danaus_makes_no_world_and_changes_nothing():
+    env = {k: v for k, v in os.environ.items() if k != "DANAUS_TRANSPORT"}
+    done = subprocess.run(
+        [sys.executable, "-c", NO_SIDE_EFFECTS],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "clean"
+
+
+def test_no_phantom_names():
+    """Names that are listed exist: no submodule or transport that is not there."""
+    with pytest.raises(AttributeError):
+        danaus.tensor  # noqa: B018
+    with pytest.raises(ValueError, match="unknown transport 'verbs'"):
+        danaus.configure(transport="verbs")
+    for name in danaus.__all__:
+        assert getattr(danaus, name) is not None

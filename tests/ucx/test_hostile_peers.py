@@ -1,0 +1,212 @@
+"""Attacks on the ucx data plane with raw ucxx endpoints: each refused, bounded and logged."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import struct
+
+import pytest
+
+ucxx = pytest.importorskip("ucxx")
+
+import danaus  # noqa: E402
+from danaus import Actor, context, endpoint, this_host  # noqa: E402
+from danaus.core import config  # noqa: E402
+from danaus.transports.ucx import framing, handshake  # noqa: E402
+from danaus.transports.ucx.plane import _arrived_on  # noqa: E402
+from tests.tcp.conftest import wait_until  # noqa: E402
+from tests.tcp.test_hostile_peers import rss_mib  # noqa: E402
+
+TIMEOUT = 3.0
+PENDING = 4
+
+
+class Target(Actor):
+    """Echoes, and reports its pid, its ucx address and what its process logged."""
+
+    def __init__(self) -> None:
+        import logging
+
+        self.records: list[str] = []
+        handler = logging.Handler()
+        handler.emit = lambda record: self.records.append(record.getMessage())
+        logging.getLogger("danaus").addHandler(handler)
+
+    @endpoint
+    def echo(self, value: object) -> object:
+        return value
+
+    @endpoint
+    def facts(self) -> tuple[int, str]:
+        return os.getpid(), context().actor_instance._runtime.transport.data.address
+
+    @endpoint
+    def logged(self) -> list[str]:
+        return list(self.records)
+
+
+@pytest.fixture
+def target():
+    danaus.configure(transport="ucx", handshake_timeout=TIMEOUT, max_pending_handshakes=PENDING)
+    try:
+        mesh = this_host().spawn_procs(per_host={"w": 2}).spawn("target", Target)
+        first = mesh.slice(w=0)
+        yield mesh, first, *first.facts.call_one().get(timeout=60)
+    finally:
+        danaus.shutdown()
+
+
+def on_ucx(coro, timeout: float = 60):
+    """Run ``coro`` on this process's UCX loop (where ucxx endpoints must live)."""
+    loop = config.installed().transport.data.loop
+    return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
+
+
+async def connect(address: str):
+    """A raw ucxx endpoint to ``address``, greeted by the proc there."""
+    host, port = address.rsplit(":", 1)
+    ep = await ucxx.create_endpoint(host, int(port))
+    greeting = bytearray(handshake.GREETING_BYTES)
+    await ep.recv(greeting)
+    return ep, handshake.read_greeting(greeting)
+
+
+async def closed(ep) -> bool:
+    """Whether the proc closes ``ep`` within 10 s (what it still sends is read and dropped)."""
+
+    async def drain() -> None:
+        while True:
+            await ep.recv(bytearray(64))
+
+    try:
+        await asyncio.wait_for(drain(), 10)
+    except asyncio.TimeoutError:
+        return False
+    except Exception:
+        return True
+    return False
+
+
+def refusals(mesh) -> list[str]:
+    return [line for line in mesh.logged.call_one().get(timeout=30) if "refused" in line]
+
+
+def open_fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_strangers_sending_huge_frames_are_refused_before_anything_is_read(target):
+    mesh, first, pid, address = target
+    before = rss_mib(pid)
+
+    async def attack() -> list[bool]:
+        results = []
+        for payload in (
+            struct.pack("<IQQ", 2, 1 << 62, 1 << 62),  # the header that crashed ucxx
+            bytes(8 * 1024 * 1024),  # far more than an answer
+        ):
+            ep, _ = await connect(address)
+            with contextlib.suppress(Exception):  # the proc may hang up mid-send
+                await ep.send(payload)
+            results.append(await closed(ep))
+            ep.abort()
+        ep, _ = await connect(address)
+        with contextlib.suppress(Exception):
+            await ep.send_multi([bytes(64), bytes(1 << 20)])
+        results.append(await closed(ep))
+        ep.abort()
+        return results
+
+    assert on_ucx(attack()) == [True, True, True]
+    assert os.path.exists(f"/proc/{pid}")
+    assert rss_mib(pid) - before < 32
+    assert first.echo.call_one(1).get(timeout=30) == 1
+    assert "127.0.0.1" in refusals(first)[0]
+    assert list(mesh.echo.call(2).get(timeout=30).values()) == [2, 2]
+
+
+def test_unanswered_challenges_are_capped_and_time_out(target):
+    mesh, first, pid, address = target
+    baseline = open_fds(pid)
+
+    async def flood() -> list:
+        host, port = address.rsplit(":", 1)
+        return [await ucxx.create_endpoint(host, int(port)) for _ in range(3 * PENDING)]
+
+    silent = on_ucx(flood())
+    try:
+        assert first.echo.call_one(3).get(timeout=30) == 3
+        wait_until(lambda: refusals(first), 10, "a refusal logged")
+        deadline_passed = [on_ucx(closed(ep)) for ep in silent]
+        assert all(deadline_passed), "a stranger kept its connection past the deadline"
+    finally:
+        for ep in silent:
+            with contextlib.suppress(Exception):
+                ep.abort()
+    wait_until(lambda: open_fds(pid) <= baseline + 2, 10, "the strangers' descriptors closed")
+    assert list(mesh.echo.call(4).get(timeout=30).values()) == [4, 4]
+
+
+def test_a_member_declaring_a_huge_message_is_cut_off_and_the_proc_lives(target):
+    _, first, pid, address = target
+    secret = config.installed().keys.secret
+
+    async def member() -> bool:
+        ep, nonce = await connect(address)
+        own = os.urandom(handshake.NONCE_BYTES)
+        await ep.send(handshake.answer(secret, b"member", nonce, own))
+        welcome = bytearray(handshake.WELCOME_BYTES)
+        await ep.recv(welcome)
+        handshake.check_welcome(secret, welcome, nonce, own, b"member")
+        await ep.send(framing.header([1 << 62, 1 << 62]))
+        cut = await closed(ep)
+        ep.abort()
+        return cut
+
+    assert on_ucx(member())
+    assert os.path.exists(f"/proc/{pid}")
+
+    def rejected() -> bool:
+        return any("rejected a message" in line for line in first.logged.call_one().get())
+
+    wait_until(rejected, 10, "the message rejected")
+    assert first.echo.call_one(5).get(timeout=30) == 5
+
+
+def _listening(pid: int) -> list[tuple[str, int]]:
+    """(host, port) of every TCP socket process ``pid`` listens on."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    found = []
+    with open(f"/proc/{pid}/net/tcp") as table:
+        next(table)
+        for row in table:
+            fields = row.split()
+            if fields[3] == "0A" and fields[9] in inodes:
+                hex_host, hex_port = fields[1].split(":")
+                host = ".".join(str(b) for b in bytes.fromhex(hex_host)[::-1])
+                found.append((host, int(hex_port, 16)))
+    return found
+
+
+def test_a_local_job_listens_on_loopback_except_for_ucxx_s_listener(target):
+    """ucxx's listener takes no address; UCX's own sockets stay on ``lo``."""
+    _, _, pid, address = target
+    ucx_port = int(address.rsplit(":", 1)[1])
+    listening = _listening(pid)
+    assert ("0.0.0.0", ucx_port) in listening or ("127.0.0.1", ucx_port) in listening
+    others = [(host, port) for host, port in listening if port != ucx_port]
+    assert others and all(host == "127.0.0.1" for host, _ in others), listening
+
+
+def test_a_connection_that_arrived_on_another_address_is_refused():
+    assert _arrived_on(("127.0.0.1", 5), "127.0.0.1")
+    assert not _arrived_on(("192.0.2.7", 5), "127.0.0.1")
+    assert not _arrived_on(None, "127.0.0.1")
+    assert _arrived_on(("192.0.2.7", 5), "0.0.0.0")

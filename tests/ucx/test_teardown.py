@@ -1,0 +1,48 @@
+"""UCX is shut down before the process exits, workers and controller alike."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ucxx")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = """
+import ucxx.core
+import danaus
+from danaus import Actor, endpoint, this_host
+
+class Echo(Actor):
+    @endpoint
+    def echo(self, value):
+        return value
+
+danaus.configure(transport="ucx")
+mesh = this_host().spawn_procs(per_host={"w": 2}).spawn("echo", Echo)
+assert list(mesh.echo.call(1).get(timeout=60).values()) == [1, 1]
+danaus.shutdown()
+print("context after shutdown:", ucxx.core._ctx)
+"""
+
+
+def test_the_controller_shuts_ucx_down_before_it_exits(tmp_path):
+    script = tmp_path / "controller.py"
+    script.write_text(SCRIPT)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "context after shutdown: None" in done.stdout
+    assert "could not be shut down" not in done.stderr
+    assert "Assertion" not in done.stderr
