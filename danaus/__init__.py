@@ -13,6 +13,8 @@ import types as _types
 
 from danaus.core import config as _config
 from danaus.core.actor import Actor, endpoint
+from danaus.core.attach import attach_to_workers
+from danaus.core.bootstrap import BootstrapCommand
 from danaus.core.config import configure, shutdown
 from danaus.core.context import Context, context, current_rank, current_size
 from danaus.core.endpoint import Accumulator, Endpoint, send
@@ -36,6 +38,7 @@ __all__ = [
     "Actor",
     "ActorError",
     "ActorMesh",
+    "BootstrapCommand",
     "Channel",
     "Context",
     "Endpoint",
@@ -55,12 +58,16 @@ __all__ = [
     "Shape",
     "SupervisionError",
     "ValueMesh",
+    "attach_to_workers",
     "configure",
     "context",
     "current_rank",
     "current_size",
+    "default_bootstrap_cmd",
     "endpoint",
     "hosts",
+    "make_job_key",
+    "run_worker_loop_forever",
     "send",
     "shutdown",
     "this_host",
@@ -69,6 +76,8 @@ __all__ = [
 ]
 
 _SUBMODULES = ("sim", "rdma", "chaos")
+_FROM_WORKERS = ("run_worker_loop_forever", "default_bootstrap_cmd", "make_job_key")
+"""Names of `danaus.workers`, imported on first use (it imports the tcp transport)."""
 
 
 class _Danaus(_types.ModuleType):
@@ -88,10 +97,12 @@ class _Danaus(_types.ModuleType):
         _config.set_user_fault_hook(hook)  # type: ignore[arg-type]
 
     def __getattr__(self, name: str) -> object:
-        if name in _SUBMODULES:
-            import importlib
+        import importlib
 
+        if name in _SUBMODULES:
             return importlib.import_module(f"danaus.{name}")
+        if name in _FROM_WORKERS:
+            return getattr(importlib.import_module("danaus.workers"), name)
         raise AttributeError(f"module 'danaus' has no attribute {name!r}")
 
 

@@ -1,10 +1,15 @@
 """Local launcher: worker processes on this machine, started and watched from the I/O thread.
 
-Each worker is ``python -m danaus.transports.tcp.worker`` with its bootstrap (including the
-job's secret key) written to its stdin. Its exit is noticed at once through a
-pidfd; its stdout and stderr are copied to the controller's, line by line.
-Workers die with the controller: they ask the kernel for a parent-death
-signal, and they exit when the controller's heartbeats stop.
+Each worker is ``python -m danaus.transports.tcp.worker`` (or the proc's own
+`BootstrapCommand`, which must end up running it) with its bootstrap
+(including the job's secret key) written to its stdin. Its exit is noticed at
+once through a pidfd and reported to the world's registry (the controller's
+directory, or, on another host, the controller through messages); its stdout
+and stderr are copied, line by line, to the world's output (the controller's
+terminal, or, on another host, messages to the controller). Workers die with
+whoever launched them: they ask the kernel for a parent-death signal and
+watch their launcher's pidfd, and they exit when the controller's heartbeats
+stop.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, TypeVar
+from typing import IO, TYPE_CHECKING, Protocol, TypeVar
 
 import msgspec
 
@@ -33,8 +38,25 @@ if TYPE_CHECKING:
 
 STARTUP_TIMEOUT = 60.0
 STDERR_TAIL = 20
+WORKER_MODULE = "danaus.transports.tcp.worker"
+STDOUT, STDERR = 1, 2
 
 T = TypeVar("T")
+
+
+class Registry(Protocol):
+    """Where a launcher's children are registered and their ends reported (I/O thread)."""
+
+    def expect(self, proc: str, on_hello: Callable[[], None]) -> None:
+        """Call ``on_hello`` once ``proc`` has registered with the directory."""
+
+    def lost(self, loss: ProcLoss) -> None:
+        """``loss.proc``, a child of this launcher, is gone."""
+
+
+def default_argv() -> list[str]:
+    """How a proc's process is started unless its `BootstrapCommand` says otherwise."""
+    return [sys.executable, "-m", WORKER_MODULE]
 
 
 @dataclass
@@ -47,10 +69,10 @@ class _Child:
     partial: dict[int, bytes] = field(default_factory=dict)
     exited: Settle | None = None
 
-    def outputs(self) -> tuple[tuple[IO[bytes], IO[str]], ...]:
+    def outputs(self) -> tuple[tuple[IO[bytes], int], ...]:
         """The worker's stdout and stderr pipes, each with the stream it is copied to."""
         assert self.popen.stdout is not None and self.popen.stderr is not None
-        return (self.popen.stdout, sys.stdout), (self.popen.stderr, sys.stderr)
+        return (self.popen.stdout, STDOUT), (self.popen.stderr, STDERR)
 
 
 class LocalLauncher(Launcher):
@@ -66,6 +88,8 @@ class LocalLauncher(Launcher):
         try:
             await asyncio.wait_for(asyncio.gather(*waits), STARTUP_TIMEOUT)
         except asyncio.TimeoutError:
+            for spec in specs:
+                self.world.io.call_soon(self.kill, spec.proc_id)
             raise RuntimeError(f"procs did not start within {STARTUP_TIMEOUT:g} s") from None
 
     async def stop(self, procs: Sequence[str], timeout: float) -> None:
@@ -98,8 +122,8 @@ class LocalLauncher(Launcher):
             proc_id=spec.proc_id,
             name=spec.name,
             host=spec.host,
-            host_agent=world.root.proc_id,
-            controller=world.transport.address.control,
+            host_agent=world.proc_id,
+            controller=world.controller_address,
             public_key=world.keys.public,
             secret_key=world.keys.secret,
             heartbeat_interval=world.heartbeat_interval,
@@ -112,10 +136,16 @@ class LocalLauncher(Launcher):
             transport=world.name,
             encrypt=world.keys.encrypt,
             limits=msgspec.structs.asdict(world.limits),
+            setup=[bytes(frame) for frame in spec.setup] if spec.setup is not None else None,
+            hosts=list(world.job_hosts),
+            remote=world.remote,
         )
+        command = spec.command
         try:
             popen = subprocess.Popen(
-                [sys.executable, "-m", "danaus.transports.tcp.worker"],
+                command.argv() if command is not None else default_argv(),
+                executable=command.program if command is not None else None,
+                env={**os.environ, **command.env} if command is not None else None,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -125,15 +155,17 @@ class LocalLauncher(Launcher):
             popen.stdin.write(bootstrap.encode())
             popen.stdin.close()
         except OSError as exc:
-            started(RuntimeError(f"could not start proc {spec.proc_id}: {exc}"))
+            loss = ProcLoss(spec.proc_id, f"could not be started ({exc})", host=spec.host)
+            world.registry.lost(loss)
+            started(RuntimeError(loss.describe()))
             return
         child = _Child(spec, popen, os.pidfd_open(popen.pid), started)
         self._children[spec.proc_id] = child
-        world.directory.expect(spec.proc_id, lambda: started(None))
+        world.registry.expect(spec.proc_id, lambda: started(None))
         world.io.add_reader(child.pidfd, lambda: self._exited(child))
-        for pipe, sink in child.outputs():
+        for pipe, stream in child.outputs():
             os.set_blocking(pipe.fileno(), False)
-            world.io.add_reader(pipe.fileno(), functools.partial(_drain, child, pipe, sink))
+            world.io.add_reader(pipe.fileno(), functools.partial(self._drain, child, pipe, stream))
 
     def _ask_exit(self, proc: str, exited: Settle) -> None:
         child = self._children.get(proc)
@@ -164,8 +196,8 @@ class LocalLauncher(Launcher):
         os.close(child.pidfd)
         self._children.pop(child.spec.proc_id, None)
         code = child.popen.wait()
-        for pipe, sink in child.outputs():
-            _drain(child, pipe, sink)
+        for pipe, stream in child.outputs():
+            self._drain(child, pipe, stream)
             io.remove_reader(pipe.fileno())
             pipe.close()
         loss = ProcLoss(
@@ -176,41 +208,38 @@ class LocalLauncher(Launcher):
             exit_code=code if code >= 0 else None,
             signal=-code if code < 0 else None,
         )
-        self.world.directory.lost(loss)
+        self.world.registry.lost(loss)
         tail = "".join(child.stderr_tail)
         child.started(RuntimeError(f"{loss.describe()} before it started:\n{tail}"))
         if child.exited is not None:
             child.exited(None)
 
-
-def _drain(child: _Child, pipe: IO[bytes], sink: IO[str]) -> None:
-    """Copy complete lines from a worker's pipe to the controller's stream."""
-    fd = pipe.fileno()
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except (BlockingIOError, OSError):
-            return
-        if not chunk:
-            rest = child.partial.pop(fd, b"")
+    def _drain(self, child: _Child, pipe: IO[bytes], stream: int) -> None:
+        """Copy complete lines from a worker's pipe to the world's output."""
+        fd = pipe.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except (BlockingIOError, OSError):
+                return
+            if not chunk:
+                rest = child.partial.pop(fd, b"")
+                if rest:
+                    self._emit(child, stream, rest + b"\n")
+                return
+            data = child.partial.pop(fd, b"") + chunk
+            complete, _, rest = data.rpartition(b"\n")
             if rest:
-                _emit(child, sink, rest + b"\n")
-            return
-        data = child.partial.pop(fd, b"") + chunk
-        complete, _, rest = data.rpartition(b"\n")
-        if rest:
-            child.partial[fd] = rest
-        if complete:
-            _emit(child, sink, complete + b"\n")
+                child.partial[fd] = rest
+            if complete:
+                self._emit(child, stream, complete + b"\n")
 
-
-def _emit(child: _Child, sink: IO[str], data: bytes) -> None:
-    text = data.decode(errors="replace")
-    if sink is sys.stderr:
-        child.stderr_tail.extend(text.splitlines(keepends=True))
-        del child.stderr_tail[:-STDERR_TAIL]
-    sink.write(text)
-    sink.flush()
+    def _emit(self, child: _Child, stream: int, data: bytes) -> None:
+        text = data.decode(errors="replace")
+        if stream == STDERR:
+            child.stderr_tail.extend(text.splitlines(keepends=True))
+            del child.stderr_tail[:-STDERR_TAIL]
+        self.world.output(stream, text)
 
 
 THREADS_PER_PROC = 8

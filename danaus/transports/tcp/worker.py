@@ -1,6 +1,6 @@
 """``python -m danaus.transports.tcp.worker``: a worker process, started by a launcher.
 
-It reads its bootstrap from stdin, makes sure it dies with its parent, and
+It reads its bootstrap from stdin, makes sure it dies with its launcher, and
 serves its proc until told to exit. It imports nothing heavy: user code pulls
 in torch or anything else only if it uses it.
 """
@@ -15,14 +15,21 @@ import sys
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """Ask the kernel to kill this process when its parent dies (Linux)."""
+def _die_with_parent(parent_pid: int) -> int:
+    """Die when the launcher (``parent_pid``) does; a pidfd of it, to watch.
+
+    The kernel's parent-death signal covers a launcher that is this process's
+    parent; a `BootstrapCommand` may put a wrapper in between, so the
+    launcher's pidfd is watched as well.
+    """
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         pass
-    if os.getppid() != parent_pid:
+    try:
+        return os.pidfd_open(parent_pid)
+    except ProcessLookupError:
         os._exit(70)
 
 
@@ -30,15 +37,16 @@ def main() -> None:
     from danaus.transports.tcp.bootstrap import Bootstrap
 
     boot = Bootstrap.decode(sys.stdin.buffer.read())
-    _die_with_parent(boot.parent_pid)
-    os.chdir(boot.cwd)
+    parent = _die_with_parent(boot.parent_pid)
+    if os.path.isdir(boot.cwd):
+        os.chdir(boot.cwd)
     sys.path[:0] = [p for p in boot.sys_path if p not in sys.path]
     from danaus.transports.tcp import output
 
-    output.install(boot.proc_id)
+    output.install(boot.proc_id, boot.host if boot.remote else None)
     from danaus.transports.tcp.world import worker_main
 
-    worker_main(boot)
+    worker_main(boot, parent)
 
 
 if __name__ == "__main__":
