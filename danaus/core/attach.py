@@ -14,7 +14,7 @@ import os
 from collections.abc import Sequence
 
 from danaus.core.context import context
-from danaus.core.mesh import HostMesh, _ignore, _proc_agents
+from danaus.core.mesh import HostMesh
 from danaus.core.owned import OwnedMesh
 from danaus.core.shape import Extent, Shape
 
@@ -60,8 +60,6 @@ def attach_to_workers(
         raise ValueError(f"timeout must be positive, not {timeout!r}")
     owner = context().actor_instance
     agents = owner._runtime.world.attach(workers, key, timeout)
-    mesh = HostMesh(agents, Shape.from_extent(Extent(["hosts"], [len(agents)])))
-    answered = _proc_agents(mesh).ping._fold((), {}, None, _ignore)
-    owned = OwnedMesh(name or "hosts", HostMesh._kind, owner, initialized=answered)
-    mesh._owned = owned
+    owned = OwnedMesh(name or "hosts", HostMesh._kind, owner)
+    mesh = HostMesh(agents, Shape.from_extent(Extent(["hosts"], [len(agents)])), owned)
     return mesh._own(owned)

@@ -2,12 +2,15 @@
 
 It reads its bootstrap from stdin, makes sure it dies with its launcher, and
 serves its proc until told to exit. It imports nothing heavy: user code pulls
-in torch or anything else only if it uses it.
+in torch or anything else only if it uses it. It imports what it needs before
+reading its bootstrap, so a worker loop can start one ahead of time, ready for
+the next controller (``--preload TRANSPORT`` imports that transport too).
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 import signal
 import sys
@@ -33,10 +36,20 @@ def _die_with_parent(parent_pid: int) -> int:
         os._exit(70)
 
 
+PRELOADABLE = ("tcp", "ucx")
+
+
 def main() -> None:
     from danaus.transports.tcp.bootstrap import Bootstrap
+    from danaus.transports.tcp.world import worker_main
 
-    boot = Bootstrap.decode(sys.stdin.buffer.read())
+    preload = sys.argv[2] if len(sys.argv) == 3 and sys.argv[1] == "--preload" else None
+    if preload in PRELOADABLE:
+        importlib.import_module(f"danaus.transports.{preload}")
+    data = sys.stdin.buffer.read()
+    if not data:
+        return  # a worker started ahead of time whose worker loop ended first
+    boot = Bootstrap.decode(data)
     parent = _die_with_parent(boot.parent_pid)
     if os.path.isdir(boot.cwd):
         os.chdir(boot.cwd)
@@ -44,8 +57,6 @@ def main() -> None:
     from danaus.transports.tcp import output
 
     output.install(boot.proc_id, boot.host if boot.remote else None)
-    from danaus.transports.tcp.world import worker_main
-
     worker_main(boot, parent)
 
 

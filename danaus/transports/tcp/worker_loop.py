@@ -6,7 +6,9 @@ proc's). When a controller attaches, it starts a host agent for it: a process
 of its own (``python -m danaus.transports.tcp.worker``, given its bootstrap on
 stdin), in a process group of its own, which registers with the controller's
 directory and starts that controller's procs on this host. One controller at a
-time: another is told the worker is busy.
+time: another is told the worker is busy. The next host agent's process is
+started ahead of time, while the worker waits, so that it has done its
+imports when a controller attaches.
 
 When the host agent ends (its controller released it, or went silent and the
 agent gave up on it, or it was killed), the worker kills whatever is left in
@@ -74,9 +76,14 @@ class WorkerLoop:
         self.address = self._router.last_endpoint.decode()
         self._monitor = HandshakeMonitor(self._router, self._io, RefusalLog(), f"worker {name}")
         self._agent: _Agent | None = None
+        self._spare: subprocess.Popen[bytes] | None = None
+        """The next host agent's process, started ahead of time (waiting for its bootstrap)."""
+        self._transport = "tcp"
+        """The transport the last controller used: the spare imports it ahead of time."""
         self._done = threading.Event()
         self._stopped = False
         self._io.add_reader(self._router, self._readable)
+        self._io.call_soon(self._start_spare)
 
     def run(self) -> None:
         """Serve until told to exit (a final release, a signal, or ``exit_on_disconnect``)."""
@@ -100,7 +107,9 @@ class WorkerLoop:
 
         def end() -> None:
             if self._agent is not None:
-                self._kill_agent(self._agent)
+                self._kill_group(self._agent.popen)
+            if self._spare is not None:
+                self._kill_group(self._spare)
             ended.set()
 
         self._io.call_soon(end)
@@ -146,10 +155,9 @@ class WorkerLoop:
         boot = msgspec.structs.replace(
             attach.boot, host=self.name, bind_host=self.ip, parent_pid=os.getpid()
         )
+        self._transport = boot.transport
         try:
-            popen = subprocess.Popen(
-                default_argv(), stdin=subprocess.PIPE, close_fds=True, start_new_session=True
-            )
+            popen = self._take_spare() or self._start()
             assert popen.stdin is not None
             popen.stdin.write(boot.encode())
             popen.stdin.close()
@@ -181,10 +189,35 @@ class WorkerLoop:
         agent.releasing = True
         self._kill_agent(agent)
 
+    def _start(self) -> subprocess.Popen[bytes]:
+        """A host agent's process, importing what it needs while it waits for its bootstrap."""
+        return subprocess.Popen(
+            [*default_argv(), "--preload", self._transport],
+            stdin=subprocess.PIPE,
+            close_fds=True,
+            start_new_session=True,
+        )
+
+    def _start_spare(self) -> None:
+        try:
+            self._spare = self._start()
+        except OSError as exc:
+            log.warning("worker %s: could not start a host agent ahead of time: %s", self.name, exc)
+
+    def _take_spare(self) -> subprocess.Popen[bytes] | None:
+        spare, self._spare = self._spare, None
+        if spare is not None and spare.poll() is not None:
+            return None
+        return spare
+
     def _kill_agent(self, agent: _Agent) -> None:
-        """End the host agent and everything in its process group."""
+        self._kill_group(agent.popen)
+
+    @staticmethod
+    def _kill_group(popen: subprocess.Popen[bytes]) -> None:
+        """End a host agent and everything in its process group."""
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(agent.popen.pid, signal.SIGKILL)
+            os.killpg(popen.pid, signal.SIGKILL)
 
     def _agent_ended(self, agent: _Agent) -> None:
         self._io.remove_reader(agent.pidfd)
@@ -198,6 +231,8 @@ class WorkerLoop:
             self._answer(agent.identity, hostlink.Released(agent.token))
         if agent.final or self._exit_on_disconnect:
             self._done.set()
+        elif self._spare is None:
+            self._start_spare()
 
 
 def run_worker_loop(
