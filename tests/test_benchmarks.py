@@ -89,3 +89,20 @@ def test_large_argument_small() -> None:
     [row] = run_benchmark("large_argument.py", "--size", "8", "--runs", "1")
     assert row["benchmark"] == "large_argument" and row["procs_alive_after"] == 2
     assert row["median_s"] > 0 and 0 < row["longest_heartbeat_silence_s"] < 3
+
+
+def test_multihost_small() -> None:
+    """Three namespace hosts on tcp: one line per figure (or one saying why it cannot run)."""
+    rows = run_benchmark(
+        "multihost.py", "--transport", "tcp", "--runs", "1", "--calls", "20", "--mib", "1"
+    )
+    if rows[0].get("skipped"):
+        pytest.skip(rows[0]["skipped"])
+    assert [row["benchmark"] for row in rows] == [
+        "mesh_up_attach",
+        "hosts_call_rtt",
+        "hosts_payload",
+    ]
+    assert rows[0]["hosts"] == 3 and rows[0]["procs_per_host"] == 2
+    for key, row in [("median_s", rows[0]), ("median_us", rows[1]), ("mb_per_s", rows[2])]:
+        assert row[key] > 0, row
