@@ -214,24 +214,24 @@ class Cluster:
 
     # ---- controllers ------------------------------------------------------------------
 
-    def workers(self, first: int = 0) -> list[str]:
-        """The workers' addresses, starting with host ``first`` (the controller's own host)."""
+    def workers(self, first: int = 0, count: int | None = None) -> list[str]:
+        """``count`` workers' addresses (all), from host ``first`` on (the controller's own)."""
         addresses = [host.worker_address for host in self.hosts]
         first %= len(addresses)
-        return addresses[first:] + addresses[:first]
+        return (addresses[first:] + addresses[:first])[:count]
 
-    def controller_options(self, first: int = 0) -> dict[str, object]:
-        """``configure()`` options of a controller whose job runs on these hosts."""
+    def controller_options(self, first: int = 0, count: int | None = None) -> dict[str, object]:
+        """``configure()`` options of a controller whose job runs on ``count`` of these hosts."""
         return {
-            "workers": self.workers(first),
+            "workers": self.workers(first, count),
             "bind_host": self.controller_address,
             "job_key": self.key,
         }
 
-    def controller_environment(self, first: int = 0) -> dict[str, str]:
+    def controller_environment(self, first: int = 0, count: int | None = None) -> dict[str, str]:
         """The same, as the environment of a controller process."""
         return {
-            "DANAUS_WORKERS": ",".join(self.workers(first)),
+            "DANAUS_WORKERS": ",".join(self.workers(first, count)),
             "DANAUS_BIND_HOST": self.controller_address,
             "DANAUS_JOB_KEY": self.key,
         }

@@ -19,12 +19,12 @@ import pytest
 from tests.conformance.transports import Transport, available
 
 _turns = itertools.count()
-"""Which host of the cluster the next test's controller calls its own."""
+"""Which host of the cluster the next test's controller attaches to."""
 
 
 def _params() -> list[Any]:
     return [
-        pytest.param(t, id=t.id, marks=[pytest.mark.multihost] if t.hosts > 1 else [])
+        pytest.param(t, id=t.id, marks=[pytest.mark.multihost] if t.cluster else [])
         for t in available()
     ]
 
@@ -36,14 +36,14 @@ def transport(request: pytest.FixtureRequest) -> Transport:
 
 @pytest.fixture
 def job(transport: Transport, request: pytest.FixtureRequest) -> dict[str, Any]:
-    """The cluster a multi-host run attaches to: its ``configure()`` options and environment."""
-    if transport.hosts == 1:
+    """The host a cluster run attaches to: its ``configure()`` options and environment."""
+    if not transport.cluster:
         return {"options": {}, "environment": {}}
     cluster = request.getfixturevalue("namespace_cluster")
-    first = next(_turns)
+    host = next(_turns)
     return {
-        "options": cluster.controller_options(first),
-        "environment": cluster.controller_environment(first),
+        "options": cluster.controller_options(host, count=1),
+        "environment": cluster.controller_environment(host, count=1),
     }
 
 

@@ -1,9 +1,12 @@
 """How the conformance suite runs a controller program on each transport.
 
 The real transports run twice: with every proc on this host, and with the
-job's procs on a cluster of three hosts (network namespaces, each running a
-worker; see ``tests/cluster.py``), where ``this_host()`` in the controller is
-one of them, a different one for each test.
+job's procs on another host, a worker of a cluster of three (network
+namespaces; see ``tests/cluster.py``). Each test's controller attaches to one
+of the three in turn, which is its ``this_host()``: the suite runs on each
+host, every proc of it started by a host agent on the far side of a link.
+(Attaching all three for every test would start two idle host agents per
+test; ``tests/multihost`` has the jobs that span the three.)
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from typing import Any
 
 import danaus
 import danaus.sim
-from tests.cluster import CLUSTER_SIZE
 
 
 @dataclass(frozen=True)
@@ -25,12 +27,12 @@ class Transport:
     name: str
     run: Callable[..., Any]
     real: bool
-    hosts: int = 1
-    """More than one: the job runs on a cluster of that many hosts."""
+    cluster: bool = False
+    """The job runs on a host of the namespace cluster, not on this one."""
 
     @property
     def id(self) -> str:
-        return self.name if self.hosts == 1 else f"{self.name}-{self.hosts}hosts"
+        return f"{self.name}-cluster" if self.cluster else self.name
 
 
 def _run_sim(main: Callable[[], Any], hosts: int = 2, seed: int = 0) -> Any:
@@ -66,7 +68,6 @@ def available() -> list[Transport]:
     found = [Transport("sim", _run_sim, real=False)]
     found += [Transport(name, _runner(name, **FAST_HEARTBEATS), real=True) for name in real]
     found += [
-        Transport(name, _runner(name, **FAST_HEARTBEATS), real=True, hosts=CLUSTER_SIZE)
-        for name in real
+        Transport(name, _runner(name, **FAST_HEARTBEATS), real=True, cluster=True) for name in real
     ]
     return found

@@ -26,11 +26,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Protocol, TypeVar
 
-import msgspec
-
 from danaus.core.transport import Launcher, ProcLoss, ProcSpec
 from danaus.transports.tcp import control
-from danaus.transports.tcp.bootstrap import Bootstrap
 from danaus.transports.tcp.ioloop import Settle, settler
 
 if TYPE_CHECKING:
@@ -118,28 +115,8 @@ class LocalLauncher(Launcher):
 
     def _start(self, spec: ProcSpec, started: Settle) -> None:
         world = self.world
-        bootstrap = Bootstrap(
-            proc_id=spec.proc_id,
-            name=spec.name,
-            host=spec.host,
-            host_agent=world.proc_id,
-            controller=world.controller_address,
-            public_key=world.keys.public,
-            secret_key=world.keys.secret,
-            heartbeat_interval=world.heartbeat_interval,
-            heartbeat_timeout=world.heartbeat_timeout,
-            parent_pid=os.getpid(),
-            sys_path=[p for p in sys.path if p],
-            cwd=os.getcwd(),
-            trace=world.trace.enabled,
-            bind_host=world.bind_host,
-            transport=world.name,
-            encrypt=world.keys.encrypt,
-            limits=msgspec.structs.asdict(world.limits),
-            setup=[bytes(frame) for frame in spec.setup] if spec.setup is not None else None,
-            hosts=list(world.job_hosts),
-            remote=world.remote,
-        )
+        setup = [bytes(frame) for frame in spec.setup] if spec.setup is not None else None
+        bootstrap = world.bootstrap(spec.proc_id, spec.name, spec.host, setup=setup)
         command = spec.command
         try:
             popen = subprocess.Popen(
