@@ -128,9 +128,7 @@ class Attacher:
         )
 
     def _check_registered(self, link: _Link, timeout: float) -> None:
-        if self._links.get(link.agent) is not link:
-            return
-        if self._directory.address(link.agent) is not None:
+        if self._links.get(link.agent) is not link or self._directory.known(link.agent):
             return
         why = (
             "its host agent did not register"

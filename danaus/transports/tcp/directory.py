@@ -193,6 +193,10 @@ class Directory:
         entry = self._entries.get(proc)
         return entry.last_heard if entry is not None else None
 
+    def known(self, proc: str) -> bool:
+        """Whether ``proc`` has registered (or has been declared lost since)."""
+        return proc in self._entries or proc in self._losses
+
     def address(self, proc: str) -> control.Address | None:
         entry = self._entries.get(proc)
         return entry.address if entry is not None else None

@@ -37,6 +37,7 @@ from danaus.transports.tcp.ioloop import IoLoop
 from danaus.transports.tcp.launcher import default_argv
 from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.tcp.security import JobKeys, ZapHandler
+from danaus.transports.tcp.worker import PRELOADABLE
 
 log = logging.getLogger("danaus.worker")
 
@@ -151,6 +152,10 @@ class WorkerLoop:
             else:
                 reason = f"it serves another controller (host agent pid {agent.popen.pid})"
                 self._answer(identity, hostlink.Busy(attach.token, reason))
+            return
+        if attach.boot.transport not in PRELOADABLE:
+            reason = f"no transport {attach.boot.transport!r} here"
+            self._answer(identity, hostlink.Busy(attach.token, reason))
             return
         boot = msgspec.structs.replace(
             attach.boot, host=self.name, bind_host=self.ip, parent_pid=os.getpid()
