@@ -17,7 +17,8 @@ import pytest
 import danaus
 
 ROOT = Path(__file__).resolve().parents[2]
-FAST = {"heartbeat_interval": 0.2, "heartbeat_timeout": 1.5}
+FAST = {"heartbeat_interval": 0.3, "heartbeat_timeout": 3.0}
+"""Heartbeats that notice a lost host within seconds, with room for a busy machine."""
 
 
 @dataclass

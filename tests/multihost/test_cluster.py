@@ -209,7 +209,7 @@ def test_a_vanished_controller_leaves_only_the_workers(namespace_cluster, transp
 VANISH = """
 import time
 import danaus
-danaus.configure(heartbeat_interval=0.2, heartbeat_timeout=1.5)
+danaus.configure(heartbeat_interval=0.3, heartbeat_timeout=3.0)
 procs = danaus.hosts().spawn_procs(per_host={"gpus": 2})
 procs.initialized.get(timeout=120)
 print("6 procs up", flush=True)

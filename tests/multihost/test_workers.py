@@ -210,7 +210,7 @@ import sys
 sys.path.insert(0, "{root}")
 import danaus
 from tests.multihost.test_workers import Where
-danaus.configure(transport="tcp", heartbeat_interval=0.2, heartbeat_timeout=1.5)
+danaus.configure(transport="tcp", heartbeat_interval=0.3, heartbeat_timeout=3.0)
 hosts = danaus.attach_to_workers(workers=["{address}"])
 pids = hosts.spawn_procs(per_host={{"gpus": 2}}).spawn("w", Where).pid.call().get(timeout=60)
 print(*pids.values(), flush=True)

@@ -103,6 +103,8 @@ class Attacher:
                 link.accepted, link.host = True, answer.host
             elif isinstance(answer, hostlink.Busy):
                 self._busy(link, answer.reason)
+            elif isinstance(answer, hostlink.Ended):
+                self._ended(link, answer.code)
             else:
                 self._released(link)
 
@@ -136,6 +138,18 @@ class Attacher:
             else "no answer from the worker (is it running there, and on that address?)"
         )
         self._give_up(link, f"{why} within {timeout:g} s")
+
+    def _ended(self, link: _Link, code: int) -> None:
+        """The worker saw its host agent end: the host is lost now, not a heartbeat later."""
+        self._directory.lost(
+            ProcLoss(
+                link.agent,
+                "exited" if code >= 0 else "was killed",
+                host=link.host or link.address,
+                exit_code=code if code >= 0 else None,
+                signal=-code if code < 0 else None,
+            )
+        )
 
     def _give_up(self, link: _Link, why: str) -> None:
         """The host cannot be used: it is lost, and so is everything waiting on it."""

@@ -7,9 +7,9 @@ if the other holds the key, so nothing reaches either from anyone else, and
 what travels is encrypted. What travels is small: the controller asks the
 worker to start a host agent for it (`Attach`, carrying that agent's
 bootstrap, with the run's own keys), and later to end it (`Release`); the
-worker answers each. Messages are msgpack, decoded into these types only
-(never unpickled), and at most `FRAME_BYTES` long, before and after the
-handshake.
+worker answers each, and says when the agent ended by itself (`Ended`).
+Messages are msgpack, decoded into these types only (never unpickled), and at
+most `FRAME_BYTES` long, before and after the handshake.
 """
 
 from __future__ import annotations
@@ -62,8 +62,15 @@ class Released(msgspec.Struct, tag="released", array_like=True):
     token: str
 
 
+class Ended(msgspec.Struct, tag="ended", array_like=True):
+    """The host agent ended without being released: ``code`` as `subprocess` gives it."""
+
+    token: str
+    code: int
+
+
 ToWorker = Attach | Release
-ToController = Attached | Busy | Released
+ToController = Attached | Busy | Released | Ended
 
 _encoder = msgspec.msgpack.Encoder()
 _to_worker = msgspec.msgpack.Decoder(ToWorker)

@@ -234,6 +234,8 @@ class WorkerLoop:
         log.info("worker %s: host agent %d ended (%s)", self.name, agent.popen.pid, how)
         if agent.releasing:
             self._answer(agent.identity, hostlink.Released(agent.token))
+        else:
+            self._answer(agent.identity, hostlink.Ended(agent.token, code))
         if agent.final or self._exit_on_disconnect:
             self._done.set()
         elif self._spare is None:
