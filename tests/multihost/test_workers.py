@@ -50,6 +50,18 @@ def test_attach_spawn_stop_and_attach_again(workers, controller):
     assert set(seen[0]).isdisjoint(seen[1])
 
 
+def test_a_worker_is_attached_once(workers, controller):
+    worker = workers()
+    controller()
+    hosts = danaus.attach_to_workers(workers=[worker.address], key=worker.key)
+    again = danaus.attach_to_workers(workers=[worker.address], key=worker.key)
+    with pytest.raises(SupervisionError, match="this controller is already"):
+        again.initialized.get(timeout=60)
+    hosts.initialized.get(timeout=60)
+    hosts.stop().get(timeout=60)
+    danaus.attach_to_workers(workers=[worker.address], key=worker.key).initialized.get(timeout=60)
+
+
 def test_shutdown_ends_the_worker(workers, controller):
     worker = workers()
     controller()

@@ -66,11 +66,16 @@ class Attacher:
         """The host agents attached (or being attached) and not released."""
         return list(self._links)
 
+
     def attach(
         self, agent: str, ip: str, port: int, keys: JobKeys, boot: Bootstrap, timeout: float
     ) -> None:
         """Ask the worker at ``ip:port`` to start host agent ``agent`` for this controller."""
         address = hostlink.endpoint(ip, port)
+        if any(link.address == address for link in self._links.values()):
+            why = "could not be attached: this controller is already"
+            self._directory.lost(ProcLoss(agent, why, host=address))
+            return
         sock = hostlink.connect(self._context, keys, ip, port)
         monitor = sock.get_monitor_socket(_HANDSHAKE_FAILED)
         token = f"{agent}@{os.getpid()}:{os.urandom(8).hex()}"
