@@ -1,4 +1,5 @@
-"""Local launcher: worker processes on this machine, started and watched from the I/O thread.
+"""Local launcher: worker processes on this machine, started on a thread of their own, watched
+from the I/O thread.
 
 Each worker is ``python -m danaus.transports.tcp.worker`` (or the proc's own
 `BootstrapCommand`, which must end up running it) with its bootstrap
@@ -10,6 +11,13 @@ terminal, or, on another host, messages to the controller). Workers die with
 whoever launched them: they ask the kernel for a parent-death signal and
 watch their launcher's pidfd, and they exit when the controller's heartbeats
 stop.
+
+Starting a process waits until it has exec'd, which on a busy machine can take
+a while; so processes are started by a thread of their own, never the I/O
+thread, whose heartbeats (a host agent answers the controller's) must not
+wait. The parent-death signal is sent when the thread that started a process
+ends: that thread lives until the launcher is closed, and closing it ends
+every process it started.
 """
 
 from __future__ import annotations
@@ -17,11 +25,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import os
+import queue
 import resource
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Protocol, TypeVar
@@ -32,6 +43,8 @@ from danaus.transports.tcp.ioloop import Settle, settler
 
 if TYPE_CHECKING:
     from danaus.transports.tcp.world import TcpWorld
+
+log = logging.getLogger("danaus.launcher")
 
 STARTUP_TIMEOUT = 60.0
 STDERR_TAIL = 20
@@ -72,16 +85,45 @@ class _Child:
         return (self.popen.stdout, STDOUT), (self.popen.stderr, STDERR)
 
 
+class _Starter:
+    """The thread that starts a launcher's processes, and outlives none of them."""
+
+    def __init__(self, name: str) -> None:
+        self._calls: queue.SimpleQueue[tuple[Callable[..., None], tuple[object, ...]] | None]
+        self._calls = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def call_soon(self, fn: Callable[..., None], *args: object) -> None:
+        self._calls.put((fn, args))
+
+    def close(self) -> None:
+        self._calls.put(None)
+
+    def _run(self) -> None:
+        while (call := self._calls.get()) is not None:
+            fn, args = call
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("error starting a process in %r", fn)
+
+
 class LocalLauncher(Launcher):
     """Starts worker processes on this host."""
 
     def __init__(self, world: TcpWorld) -> None:
         self.world = world
         self._children: dict[str, _Child] = {}
+        self._starter = _Starter(f"danaus-start-{world.proc_id}")
+
+    def close(self) -> None:
+        """Stop starting processes; those still running are killed (their parent-death signal)."""
+        self._starter.close()
 
     async def launch(self, specs: Sequence[ProcSpec]) -> None:
         _check_process_limit(len(specs))
-        waits = self._each_on_io(self._start, specs)
+        waits = self._each(self._starter.call_soon, self._start, specs)
         try:
             await asyncio.wait_for(asyncio.gather(*waits), STARTUP_TIMEOUT)
         except asyncio.TimeoutError:
@@ -90,7 +132,7 @@ class LocalLauncher(Launcher):
             raise RuntimeError(f"procs did not start within {STARTUP_TIMEOUT:g} s") from None
 
     async def stop(self, procs: Sequence[str], timeout: float) -> None:
-        waits = self._each_on_io(self._ask_exit, procs)
+        waits = self._each(self.world.io.call_soon, self._ask_exit, procs)
         if not waits:
             return
         _, pending = await asyncio.wait(waits, timeout=timeout)
@@ -99,21 +141,23 @@ class LocalLauncher(Launcher):
                 self.world.io.call_soon(self.kill, proc)
             await asyncio.wait(pending, timeout=timeout)
 
-    def _each_on_io(
-        self, fn: Callable[[T, Settle], None], items: Iterable[T]
+    def _each(
+        self,
+        call_soon: Callable[..., None],
+        fn: Callable[[T, Settle], None],
+        items: Iterable[T],
     ) -> list[asyncio.Future[None]]:
-        """Call ``fn(item, settle)`` on the I/O thread for each item; the futures they settle."""
+        """Have ``call_soon`` run ``fn(item, settle)`` for each item; the futures they settle."""
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[None]] = []
         for item in items:
             future: asyncio.Future[None] = loop.create_future()
             futures.append(future)
-            self.world.io.call_soon(fn, item, settler(loop, future))
+            call_soon(fn, item, settler(loop, future))
         return futures
 
-    # ---- I/O thread -------------------------------------------------------------------
-
     def _start(self, spec: ProcSpec, started: Settle) -> None:
+        """Start ``spec``'s process (the starter's thread); the I/O thread watches it."""
         world = self.world
         setup = [bytes(frame) for frame in spec.setup] if spec.setup is not None else None
         bootstrap = world.bootstrap(spec.proc_id, spec.name, spec.host, setup=setup)
@@ -133,9 +177,15 @@ class LocalLauncher(Launcher):
             popen.stdin.close()
         except OSError as exc:
             loss = ProcLoss(spec.proc_id, f"could not be started ({exc})", host=spec.host)
-            world.registry.lost(loss)
+            world.io.call_soon(world.registry.lost, loss)
             started(RuntimeError(loss.describe()))
             return
+        world.io.call_soon(self._watch, spec, popen, started)
+
+    # ---- I/O thread -------------------------------------------------------------------
+
+    def _watch(self, spec: ProcSpec, popen: subprocess.Popen[bytes], started: Settle) -> None:
+        world = self.world
         child = _Child(spec, popen, os.pidfd_open(popen.pid), started)
         self._children[spec.proc_id] = child
         world.registry.expect(spec.proc_id, lambda: started(None))

@@ -441,6 +441,7 @@ class TcpWorld(World):
             log.error("stopping meshes at shutdown failed: %r", exc)
         self._release_attached(RELEASE_TIMEOUT)
         self._stop_children()
+        self.launcher.close()
         try:
             asyncio.run_coroutine_threadsafe(self._close_runtime(), self.loop).result(timeout=5)
         except Exception as exc:
@@ -528,6 +529,7 @@ def worker_main(boot: Bootstrap, parent: int | None = None) -> None:
     try:
         world.serve_forever()
     finally:
+        world.launcher.close()
         world.io.stop()
         for context in world.contexts:
             context.destroy(linger=1000)
