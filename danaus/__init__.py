@@ -15,6 +15,8 @@ import types as _types
 
 from danaus.core import config as _config
 from danaus.core.actor import Actor, endpoint
+from danaus.core.attach import attach_to_workers
+from danaus.core.bootstrap import BootstrapCommand
 from danaus.core.config import configure, shutdown
 from danaus.core.context import Context, context, current_rank, current_size
 from danaus.core.endpoint import Accumulator, Endpoint, send
@@ -38,6 +40,7 @@ __all__ = [
     "Actor",
     "ActorError",
     "ActorMesh",
+    "BootstrapCommand",
     "Channel",
     "Context",
     "Endpoint",
@@ -57,12 +60,16 @@ __all__ = [
     "Shape",
     "SupervisionError",
     "ValueMesh",
+    "attach_to_workers",
     "configure",
     "context",
     "current_rank",
     "current_size",
+    "default_bootstrap_cmd",
     "endpoint",
     "hosts",
+    "make_job_key",
+    "run_worker_loop_forever",
     "send",
     "shutdown",
     "this_host",
@@ -71,6 +78,8 @@ __all__ = [
 ]
 
 _SUBMODULES = ("sim", "rdma", "chaos")
+_FROM_WORKERS = ("run_worker_loop_forever", "default_bootstrap_cmd", "make_job_key")
+"""Names of `danaus.workers`, imported on first use (it imports the tcp transport)."""
 
 
 class _Danaus(_types.ModuleType):
@@ -92,6 +101,8 @@ class _Danaus(_types.ModuleType):
     def __getattr__(self, name: str) -> object:
         if name in _SUBMODULES:
             return _importlib.import_module(f"danaus.{name}")
+        if name in _FROM_WORKERS:
+            return getattr(_importlib.import_module("danaus.workers"), name)
         raise AttributeError(f"module 'danaus' has no attribute {name!r}")
 
 

@@ -94,6 +94,34 @@ def _run(args: argparse.Namespace) -> int:
         danaus.shutdown()
     if args.trace:
         print(f"trace: {args.trace}", file=sys.stderr)
+def _worker(args: argparse.Namespace) -> int:
+    from danaus.workers import run_worker_loop_forever
+
+    try:
+        run_worker_loop_forever(
+            address=args.listen,
+            key=Path(args.key_file) if args.key_file else None,
+            name=args.name,
+            exit_on_disconnect=args.once,
+        )
+    except (ValueError, PermissionError) as exc:
+        raise SystemExit(f"danaus worker: {exc}") from None
+    return 0
+
+
+def _key(args: argparse.Namespace) -> int:
+    from danaus.workers import make_job_key
+
+    if args.out is None:
+        print(make_job_key())
+        return 0
+    try:
+        make_job_key(args.out)
+    except FileExistsError:
+        raise SystemExit(
+            f"danaus key: {args.out} exists already; a key is never overwritten"
+        ) from None
+    print(f"wrote a new job key to {args.out} (readable by you only)")
     return 0
 
 
@@ -125,6 +153,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     debug.add_argument("job", nargs="?", help="the controller's pid or job file (default: newest)")
     debug.set_defaults(handler=_debug)
+    worker = commands.add_parser(
+        "worker", help="serve as this host's worker: wait for a controller to attach"
+    )
+    worker.add_argument(
+        "--listen", required=True, help="ADDRESS[:PORT] of this host to listen on (port 26600)"
+    )
+    worker.add_argument("--name", help="this host's name in reports and output (its host name)")
+    worker.add_argument(
+        "--key-file",
+        help="a file holding the job's key, readable by its owner only "
+        "(default: DANAUS_JOB_KEY, else the file DANAUS_JOB_KEY_FILE names)",
+    )
+    worker.add_argument(
+        "--once", action="store_true", help="exit when the first controller is done"
+    )
+    worker.set_defaults(handler=_worker)
+    key = commands.add_parser("key", help="make a new job key for workers and their controller")
+    key.add_argument("--out", help="write it to this new file (mode 600) instead of stdout")
+    key.set_defaults(handler=_key)
     from danaus.chaos.cli import add_commands
 
     add_commands(commands, load)

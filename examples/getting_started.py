@@ -1,11 +1,15 @@
-"""Eight trainer actors on one host: train them, slice them, read their answers.
+"""Eight trainer actors on every host: train them, slice them, read their answers.
 
-The program of docs/getting-started.md in one file. Run it with
-``python examples/getting_started.py`` (or ``make demo``); it runs on any
-transport, e.g. ``DANAUS_TRANSPORT=sim python examples/getting_started.py``.
+The program of docs/getting-started.md in one file, on every host of the job
+(``hosts()``). Run it with ``python examples/getting_started.py`` (or ``make
+demo``): on this host alone. It runs on any transport, e.g.
+``DANAUS_TRANSPORT=sim python examples/getting_started.py``, and on a cluster
+as it is, given the workers of the job (docs/clusters.md):
+``DANAUS_WORKERS=10.0.0.2,10.0.0.3,10.0.0.4 DANAUS_BIND_HOST=10.0.0.1
+DANAUS_JOB_KEY_FILE=job.key python examples/getting_started.py``.
 """
 
-from danaus import Actor, context, endpoint, this_host
+from danaus import Actor, context, endpoint, hosts
 
 
 class Trainer(Actor):
@@ -36,7 +40,7 @@ def show(values) -> str:
 
 
 def main() -> None:
-    procs = this_host().spawn_procs(per_host={"gpus": 8})
+    procs = hosts().spawn_procs(per_host={"gpus": 8})
     trainers = procs.spawn("trainers", Trainer)
     print(f"spawned {len(trainers)} trainers, mesh sizes {trainers.sizes}")
 
@@ -44,14 +48,14 @@ def main() -> None:
         losses = trainers.train.call(step=step).get()
         print(f"step {step} losses: {show(losses.values())}")
 
-    # View the 8 trainers as 2 nodes of 4 and train the second node once more.
+    # View each host's 8 trainers as 2 nodes of 4 and train the second node once more.
     nodes = trainers.split(gpus=("node", "local"), local=4)
     losses = nodes.slice(node=1).train.call(step=3).get()
     print(f"node 1, step 3 losses: {show(losses.values())} (sizes {losses.sizes})")
 
     steps = trainers.steps_done.call().get()
     print(f"steps done per trainer: {show(steps.values())}")
-    print(f"trainer gpus=5 did {steps.item(gpus=5)} steps")
+    print(f"trainer gpus=5 of the first host did {steps.item(hosts=0, gpus=5)} steps")
     # The meshes this script spawned are stopped when it exits.
 
 

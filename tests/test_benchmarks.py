@@ -106,3 +106,18 @@ def test_top_overhead_small() -> None:
     assert row["job_cpu_ms_per_snapshot"]["median"] > 0
     for key in ("plain_rounds_per_s", "watched_rounds_per_s"):
         assert row[key]["median"] > 0, (key, row)
+def test_multihost_small() -> None:
+    """Three namespace hosts on tcp: one line per figure (or one saying why it cannot run)."""
+    rows = run_benchmark(
+        "multihost.py", "--transport", "tcp", "--runs", "1", "--calls", "20", "--mib", "1"
+    )
+    if rows[0].get("skipped"):
+        pytest.skip(rows[0]["skipped"])
+    assert [row["benchmark"] for row in rows] == [
+        "mesh_up_attach",
+        "hosts_call_rtt",
+        "hosts_payload",
+    ]
+    assert rows[0]["hosts"] == 3 and rows[0]["procs_per_host"] == 2
+    for key, row in [("median_s", rows[0]), ("median_us", rows[1]), ("mb_per_s", rows[2])]:
+        assert row[key] > 0, row

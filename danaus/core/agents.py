@@ -15,9 +15,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from danaus.core.actor import Actor, endpoint
+from danaus.core.bootstrap import BootstrapCommand
 from danaus.core.context import current_rank
 from danaus.core.instance import Instance, SpawnOrder
 from danaus.core.ports import Port
+from danaus.core.serialize import Buffer
 from danaus.core.trace import Event
 from danaus.core.transport import ProcSpec
 
@@ -106,9 +108,28 @@ class HostAgent(Actor):
         self._launched: dict[str, list[str]] = {}
 
     @endpoint(explicit_response_port=True)
-    async def spawn_procs(self, port: Port[None], mesh_id: str, count: int, name: str) -> None:
+    async def spawn_procs(
+        self,
+        port: Port[None],
+        mesh_id: str,
+        count: int,
+        name: str,
+        commands: Sequence[BootstrapCommand] | None = None,
+        setup: Sequence[Buffer] | None = None,
+    ) -> None:
+        """Start this host's ``count`` procs of a mesh; ``commands`` holds one per proc of it."""
         first = current_rank().rank * count
-        specs = [ProcSpec(f"{mesh_id}.{first + i}", self._runtime.host, name) for i in range(count)]
+        host = self._runtime.host
+        specs = [
+            ProcSpec(
+                f"{mesh_id}.{first + i}",
+                host,
+                name,
+                commands[first + i] if commands is not None else None,
+                setup,
+            )
+            for i in range(count)
+        ]
         self._launched[mesh_id] = [spec.proc_id for spec in specs]
         launcher = self._runtime.world.launcher
         _answer_later(self._runtime, port, lambda: launcher.launch(specs))

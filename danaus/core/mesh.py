@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from danaus.core.actor import Actor, EndpointSpec, endpoints_of
 from danaus.core.blocking import discard_outcome
+from danaus.core.bootstrap import CommandChoice, commands_for
 from danaus.core.context import context
 from danaus.core.endpoint import Endpoint
 from danaus.core.errors import SupervisionError
@@ -99,10 +100,10 @@ class HostMesh(_Mesh):
     _kind = "host mesh"
     _mesh_id = "hosts"
 
-    def __init__(self, agents: Sequence[str], shape: Shape) -> None:
+    def __init__(self, agents: Sequence[str], shape: Shape, owned: OwnedMesh | None = None) -> None:
         self._procs = agents
         self._shape = shape
-        self._owned = None
+        self._owned = owned
 
     @classmethod
     def single(cls, agent: str) -> HostMesh:
@@ -116,58 +117,107 @@ class HostMesh(_Mesh):
 
         return ActorMesh(HOST_AGENT, "hosts", endpoints_of(HostAgent), self._procs, self._shape)
 
+    @property
+    def initialized(self) -> Future[Any]:
+        """Settles when every host's agent answers (for attached hosts: once attached)."""
+        if self._owned is not None and self._owned.initialized is not None:
+            return self._owned.initialized
+        return _proc_agents(self).ping._fold((), {}, None, _ignore)
+
     def spawn_procs(
         self,
         per_host: dict[str, int] | None = None,
         bootstrap: Any = None,
         name: str | None = None,
+        bootstrap_command: CommandChoice = None,
     ) -> ProcMesh:
         """Start ``per_host`` procs on every host: a proc mesh of host dims plus ``per_host`` dims.
 
         Returns at once; messages to the procs wait until they are up. The mesh's
         ``initialized`` future settles when every proc has started.
+
+        ``bootstrap`` is a function (sync or async) each proc runs before it
+        takes messages. ``bootstrap_command`` says how each proc's process
+        starts: one `BootstrapCommand`, or a function of the proc's `Point`
+        (over the host dims and ``per_host``'s) giving each its own.
         """
-        if bootstrap is not None:
-            raise NotImplementedError("custom bootstrap is not supported")
+        self._check_usable()
         extent = Extent.from_dict({} if per_host is None else per_host)
         overlap = set(extent.labels) & set(self._shape.labels)
         if overlap:
             raise ValueError(f"per_host dimensions {sorted(overlap)} are already host dimensions")
         owner = _caller()
+        runtime = owner._runtime
         count = extent.nelements
-        limit = owner._runtime.world.max_procs_per_host
+        limit = runtime.world.max_procs_per_host
         if count > limit:
             raise ValueError(
                 f"spawn_procs asks for {count} procs per host, more than the limit of {limit} "
                 "(max_procs_per_host, a configure() option)"
             )
-        mesh_id = owner._runtime.new_id()
-        name = name or "procs"
+        if bootstrap is not None and not callable(bootstrap):
+            raise TypeError(f"bootstrap must be a function each proc runs, not {bootstrap!r}")
+        setup = None if bootstrap is None else dumps(bootstrap, "the bootstrap of spawn_procs")
         shape = Shape.from_extent(
             Extent(self._shape.labels + extent.labels, self._shape.ndslice.sizes + extent.sizes)
         )
-        started = self._agents().spawn_procs._fold((mesh_id, count, name), {}, None, _ignore)
+        commands = commands_for(bootstrap_command, shape)
+        mesh_id = runtime.new_id()
+        name = name or "procs"
+        procs = NumberedNames(f"{mesh_id}.", len(self) * count)
+        agents = self._members()
+        for index, rank in enumerate(self._shape.ranks()):
+            runtime.transport.hosting(agents[rank], procs[index * count : (index + 1) * count])
+        started = self._agents().spawn_procs._fold(
+            (mesh_id, count, name, commands, setup), {}, None, _ignore
+        )
         # A proc lost while starting is reported by supervision; unread, this is no news.
         owner._runtime.on_loop(started._afut.add_done_callback, discard_outcome)
-        procs = NumberedNames(f"{mesh_id}.", len(self) * count)
         owned = OwnedMesh(name, ProcMesh._kind, owner, initialized=started)
         return ProcMesh(mesh_id, procs, shape, self, owned)._own(owned)
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> Future[None]:
-        """Stop every proc mesh the caller spawned on these hosts."""
+        """Stop every proc mesh the caller spawned on these hosts.
+
+        On the host mesh `attach_to_workers` returned (not a slice or a
+        reference), the hosts are released as well: what runs there ends, and
+        the workers wait for another controller to attach.
+        """
+        if self._owned is not None:
+            return super().stop(timeout)
         owner = _caller()
+        return owner._runtime.submit(self._stop_proc_meshes(owner, timeout))
+
+    def shutdown(self, timeout: float = STOP_TIMEOUT) -> Future[None]:
+        """Stop as `stop` does, then end the workers: no controller can attach to them again.
+
+        Only the owner's attached host mesh can be shut down, not a slice or a reference.
+        """
+        owned = self._owner_view()
+        owner = _caller()
+        owned.end()
+        return owner._runtime.submit(self._release(timeout, final=True))
+
+    async def __aexit__(self, *exc: object) -> None:
+        await (self.shutdown() if self._owned is not None else self.stop())
+
+    async def _stop_members(self, timeout: float) -> None:
+        await self._release(timeout, final=False)
+
+    async def _release(self, timeout: float, final: bool) -> None:
+        owned = self._owner_view()
+        await self._stop_proc_meshes(owned.owner, timeout)
+        await owned.owner._runtime.world.release(self._procs, final)
+
+    async def _stop_proc_meshes(self, owner: Instance, timeout: float) -> None:
         hosts = set(self._procs)
         mine = [
             owned
             for owned in owner.owned
             if isinstance(owned.mesh, ProcMesh) and set(owned.mesh._host_mesh._procs) & hosts
         ]
-
-        async def stop_all() -> None:
-            for owned in reversed(mine):
-                await owned.stop(timeout)
-
-        return owner._runtime.submit(stop_all())
+        for owned in reversed(mine):
+            await owned.stop(timeout)
 
     def __repr__(self) -> str:
         return f"<HostMesh {self.sizes}>"

@@ -29,6 +29,7 @@ from danaus.core.errors import SupervisionError
 from danaus.core.serialize import Buffer
 
 if TYPE_CHECKING:
+    from danaus.core.bootstrap import BootstrapCommand
     from danaus.core.faults import Faults
     from danaus.core.runtime import Runtime
     from danaus.core.sites import Sites
@@ -142,6 +143,13 @@ class Transport(ABC):
     def watch(self, proc: str) -> None:
         """Report through ``on_loss`` when ``proc`` is lost (once; idempotent)."""
 
+    def hosting(self, agent: str, procs: Sequence[str]) -> None:  # noqa: B027 - optional
+        """``procs`` are being started by host agent ``agent``: if it is lost, so are they.
+
+        Called before the agent is asked to start them, so that a host lost
+        before or while it starts them still accounts for every one.
+        """
+
     def register(self, buffer: Memory) -> MemoryHandle:
         """Register ``buffer`` for one-sided reads and writes by other procs."""
         raise NotImplementedError(f"{type(self).__name__} has no memory interface")
@@ -169,6 +177,10 @@ class ProcSpec:
     proc_id: str
     host: str
     name: str
+    command: BootstrapCommand | None = None
+    """How to start the proc's process; None: the transport's own way."""
+    setup: Sequence[Buffer] | None = None
+    """A pickled callable (frames of `danaus.core.serialize.dumps`) the proc runs first."""
 
 
 class Launcher(ABC):
@@ -244,6 +256,23 @@ class World(ABC):
     @abstractmethod
     def hosts(self) -> Sequence[str]:
         """Proc ids of the host agents of every host in the world, in order."""
+
+    def attach(self, workers: Sequence[str], key: object, timeout: float) -> list[str]:
+        """Begin attaching this controller to the host agents (workers) at ``workers``.
+
+        Returns their proc ids at once, in order; messages to them wait until
+        they are attached. ``key`` proves this controller belongs to the job
+        the workers serve (None: the transport's default source). A worker not
+        attached within ``timeout`` seconds is reported lost, with the reason.
+        """
+        raise NotImplementedError(f"the {self.name} transport cannot attach to workers")
+
+    async def release(self, agents: Sequence[str], final: bool) -> None:
+        """End this controller's use of attached host agents: whatever they run ends.
+
+        The workers wait for another controller, or exit if ``final``.
+        """
+        raise NotImplementedError(f"the {self.name} transport has no attached workers")
 
     @abstractmethod
     def actor_runner(self, name: str) -> ActorRunner:

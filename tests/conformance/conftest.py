@@ -2,11 +2,15 @@
 
 A test is a controller program: a ``main`` function (sync or async) handed to
 the ``run`` fixture, which runs it on the transport the test is parametrized
-with and returns what ``main`` returned.
+with and returns what ``main`` returned. Runs on a cluster of hosts are marked
+``multihost`` (select them with ``-m multihost``, leave them out with
+``-m "not multihost"``); they are skipped where namespaces cannot be made.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -14,13 +18,42 @@ import pytest
 
 from tests.conformance.transports import Transport, available
 
+_turns = itertools.count()
+"""Which host of the cluster the next test's controller attaches to."""
 
-@pytest.fixture(params=available(), ids=lambda t: t.name)
+
+def _params() -> list[Any]:
+    return [
+        pytest.param(t, id=t.id, marks=[pytest.mark.multihost] if t.cluster else [])
+        for t in available()
+    ]
+
+
+@pytest.fixture(params=_params(), scope="module")
 def transport(request: pytest.FixtureRequest) -> Transport:
     return request.param
 
 
 @pytest.fixture
-def run(transport: Transport) -> Callable[..., Any]:
+def job(transport: Transport, request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The host a cluster run attaches to: its ``configure()`` options and environment."""
+    if not transport.cluster:
+        return {"options": {}, "environment": {}}
+    cluster = request.getfixturevalue("namespace_cluster")
+    host = next(_turns)
+    return {
+        "options": cluster.controller_options(host, count=1),
+        "environment": cluster.controller_environment(host, count=1),
+    }
+
+
+@pytest.fixture
+def run(transport: Transport, job: dict[str, Any]) -> Callable[..., Any]:
     """Run a controller ``main`` on the transport under test."""
-    return transport.run
+    return functools.partial(transport.run, **job["options"])
+
+
+@pytest.fixture
+def controller_environment(transport: Transport, job: dict[str, Any]) -> dict[str, str]:
+    """The environment of a controller process run on the transport under test."""
+    return {"DANAUS_TRANSPORT": transport.name, **job["environment"]}

@@ -277,7 +277,7 @@ def test_grandchild_failure_climbs_two_levels(run):
     assert "caused by: mesh 'kids'" in failure.report()
 
 
-def test_default_hook_exits_the_controller_with_a_report(transport, tmp_path):
+def test_default_hook_exits_the_controller_with_a_report(controller_environment, tmp_path):
     script = tmp_path / "fail_fast.py"
     script.write_text(
         f"""
@@ -294,7 +294,7 @@ while True:
     )
     result = subprocess.run(
         [sys.executable, str(script)],
-        env={**os.environ, "DANAUS_TRANSPORT": transport.name},
+        env={**os.environ, **controller_environment},
         capture_output=True,
         text=True,
         timeout=120,

@@ -1,4 +1,13 @@
-"""How the conformance suite runs a controller program on each transport."""
+"""How the conformance suite runs a controller program on each transport.
+
+The real transports run twice: with every proc on this host, and with the
+job's procs on another host, a worker of a cluster of three (network
+namespaces; see ``tests/cluster.py``). Each test's controller attaches to one
+of the three in turn, which is its ``this_host()``: the suite runs on each
+host, every proc of it started by a host agent on the far side of a link.
+(Attaching all three for every test would start two idle host agents per
+test; ``tests/multihost`` has the jobs that span the three.)
+"""
 
 from __future__ import annotations
 
@@ -18,6 +27,12 @@ class Transport:
     name: str
     run: Callable[..., Any]
     real: bool
+    cluster: bool = False
+    """The job runs on a host of the namespace cluster, not on this one."""
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}-cluster" if self.cluster else self.name
 
 
 def _run_sim(main: Callable[[], Any], hosts: int = 2, seed: int = 0) -> Any:
@@ -25,10 +40,13 @@ def _run_sim(main: Callable[[], Any], hosts: int = 2, seed: int = 0) -> Any:
 
 
 def _runner(name: str, **options: Any) -> Callable[..., Any]:
-    """Run ``main`` as a controller program on a fresh world of transport ``name``."""
+    """Run ``main`` as a controller program on a fresh world of transport ``name``.
 
-    def run(main: Callable[[], Any], **_: Any) -> Any:
-        danaus.configure(transport=name, **options)
+    Options given to the runner (a cluster's workers) join ``options``.
+    """
+
+    def run(main: Callable[[], Any], **more: Any) -> Any:
+        danaus.configure(transport=name, **options, **more)
         try:
             if inspect.iscoroutinefunction(main):
                 return asyncio.run(main())
@@ -43,11 +61,13 @@ FAST_HEARTBEATS = {"heartbeat_interval": 0.2, "heartbeat_timeout": 1.5}
 
 
 def available() -> list[Transport]:
-    """The transports this machine can run, simulator first."""
-    found = [
-        Transport("sim", _run_sim, real=False),
-        Transport("tcp", _runner("tcp", **FAST_HEARTBEATS), real=True),
-    ]
+    """The transports this machine can run, simulator first, clusters last."""
+    real = ["tcp"]
     if importlib.util.find_spec("ucxx") is not None:
-        found.append(Transport("ucx", _runner("ucx", **FAST_HEARTBEATS), real=True))
+        real.append("ucx")
+    found = [Transport("sim", _run_sim, real=False)]
+    found += [Transport(name, _runner(name, **FAST_HEARTBEATS), real=True) for name in real]
+    found += [
+        Transport(name, _runner(name, **FAST_HEARTBEATS), real=True, cluster=True) for name in real
+    ]
     return found

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import math
 import random
@@ -22,6 +23,7 @@ from danaus.core.faults import Faults, Heal
 from danaus.core.names import NumberedNames
 from danaus.core.owned import STOP_TIMEOUT
 from danaus.core.runtime import Runtime, cancel_leftover_tasks
+from danaus.core.serialize import loads
 from danaus.core.trace import Trace
 from danaus.core.transport import ROOT, ActorRunner, Launcher, ProcSpec, World
 from danaus.core.waits import describe_waits
@@ -41,8 +43,20 @@ class SimLauncher(Launcher):
         self.world = world
 
     async def launch(self, specs: Sequence[ProcSpec]) -> None:
+        """Boot the procs; each runs its ``bootstrap`` function (in this one OS process) first."""
+        if any(spec.command is not None for spec in specs):
+            why = "the simulator runs every proc in one OS process: bootstrap_command needs a "
+            why += "real transport"
+            for spec in specs:
+                self.world.network.attach(spec.proc_id, spec.host)
+                self.world.network.down(spec.proc_id, f"could not be started ({why})")
+            raise NotImplementedError(why)
         await asyncio.sleep(self.world.network.model.spawn_time)
         for spec in specs:
+            if spec.setup is not None:
+                result = loads(spec.setup)()
+                if inspect.isawaitable(result):
+                    await result
             self.world.boot(spec.proc_id, spec.host)
 
     async def stop(self, procs: Sequence[str], timeout: float) -> None:

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-import ipaddress
+from collections.abc import Sequence
 from typing import Any
 
 from danaus.transports.tcp.limits import Limits
 from danaus.transports.tcp.world import (
     ADMIN_HOST,
-    BIND_HOST,
     HEARTBEAT_INTERVAL,
     HEARTBEAT_TIMEOUT,
     TcpWorld,
+    attach_plan,
+    bind_host_from,
+    is_loopback,
+    workers_from,
 )
 
 __all__ = ["TcpWorld", "World", "configured", "create_world"]
@@ -23,11 +26,13 @@ World = TcpWorld
 def configured(
     heartbeat_interval: float = HEARTBEAT_INTERVAL,
     heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
-    bind_host: str = BIND_HOST,
+    bind_host: str | None = None,
     trace: bool | str | None = None,
     encrypt: bool = True,
     admin: bool = True,
     admin_host: str = ADMIN_HOST,
+    workers: Sequence[str] | None = None,
+    job_key: Any = None,
     max_message_bytes: int | None = None,
     frame_bytes: int | None = None,
     handshake_timeout: float | None = None,
@@ -36,15 +41,22 @@ def configured(
 ) -> None:
     """Check the options of ``configure(transport="tcp", ...)``.
 
-    The limits (``max_message_bytes`` and the rest) are described in
-    `danaus.transports.tcp.limits`; None takes them from the environment.
     ``trace`` (True, or a file to write at shutdown; None: ``DANAUS_TRACE``)
     is described in `danaus.tracing`, ``admin`` and ``admin_host`` in
-    `danaus.transports.tcp.admin`.
+    `danaus.transports.tcp.admin`. ``bind_host`` is the address this
+    controller listens on (None: ``DANAUS_BIND_HOST``, else loopback).
+    ``workers`` are the job's workers (None: ``DANAUS_WORKERS``), attached
+    with ``job_key`` (see `danaus.attach_to_workers`). The limits
+    (``max_message_bytes`` and the rest) are described in
+    `danaus.transports.tcp.limits`; None takes them from the environment.
     """
     if heartbeat_interval <= 0 or heartbeat_timeout <= heartbeat_interval:
         raise ValueError("need 0 < heartbeat_interval < heartbeat_timeout")
-    if not encrypt and not _loopback(bind_host):
+    bind_host = bind_host_from(bind_host)
+    job_workers = workers_from(workers)
+    if job_workers:
+        attach_plan(job_workers, job_key, bind_host)
+    if not encrypt and not is_loopback(bind_host):
         raise ValueError(
             f"encrypt=False is refused with bind_host={bind_host!r}: whoever can read the "
             "traffic could read the job's password and run code in every process of the job; "
@@ -57,15 +69,6 @@ def configured(
         max_pending_handshakes=max_pending_handshakes,
         max_procs_per_host=max_procs_per_host,
     )
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def create_world(**options: Any) -> TcpWorld:

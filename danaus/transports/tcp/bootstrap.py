@@ -9,6 +9,8 @@ class Bootstrap(msgspec.Struct, frozen=True):
     """A worker's identity, where its controller is, and the job's key.
 
     Written to the worker's stdin (never its command line, which ``ps`` shows).
+    A worker is a proc, or (``host_agent == proc_id``) the host agent that a
+    worker loop starts for the controller attached to it.
     """
 
     proc_id: str
@@ -29,6 +31,16 @@ class Bootstrap(msgspec.Struct, frozen=True):
     encrypt: bool = True
     limits: dict[str, int | float] = {}
     """The job's `danaus.transports.tcp.limits.Limits`, as a dict."""
+    setup: list[bytes] | None = None
+    """The pickled function to run before taking messages (``spawn_procs(bootstrap=...)``)."""
+    hosts: list[str] = []
+    """The host agents of the job's hosts (``danaus.hosts()``); empty: this host alone."""
+    remote: bool = False
+    """Whether the proc runs on another host than the controller (its output names its host)."""
+
+    @property
+    def is_host_agent(self) -> bool:
+        return self.host_agent == self.proc_id
 
     def encode(self) -> bytes:
         return msgspec.msgpack.encode(self)

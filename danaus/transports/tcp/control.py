@@ -75,7 +75,36 @@ class Exit(msgspec.Struct, tag="exit", array_like=True):
     """End this proc: its actors were stopped already."""
 
 
-Control = Hello | Where | At | Watch | Lost | Ping | Pong | Exit
+class Hosting(msgspec.Struct, tag="hosting", array_like=True):
+    """Host agent ``agent`` is asked to start ``procs``: they are lost if it is."""
+
+    agent: str
+    procs: list[str]
+
+
+class Exited(msgspec.Struct, tag="exited", array_like=True):
+    """A host agent's report to the directory: a proc it started is gone."""
+
+    loss: Lost
+
+
+class Signal(msgspec.Struct, tag="signal", array_like=True):
+    """To a host agent: send signal ``signal`` to ``proc``, one of the procs it started."""
+
+    proc: str
+    signal: int
+
+
+class Output(msgspec.Struct, tag="output", array_like=True):
+    """Lines a proc on another host wrote to its stdout (``stream`` 1) or stderr (2)."""
+
+    stream: int
+    text: str
+
+
+Control = (
+    Hello | Where | At | Watch | Lost | Ping | Pong | Exit | Hosting | Exited | Signal | Output
+)
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Control)

@@ -2,20 +2,28 @@
 
 It lives on the controller's I/O thread. Procs register when they start
 (`Hello`), ask where peers are (`Where`), and ask to be told of losses
-(`Watch`). The directory learns of losses from the launcher (a process
-exited: noticed at once through a pidfd) and from heartbeats (a process that
-stops answering for ``heartbeat_timeout`` seconds is declared lost and killed,
-so it cannot come back as a zombie member of the job).
+(`Watch`). The directory learns of losses from the launchers (a process
+exited: noticed at once through a pidfd, by the controller's own launcher or
+by the host agent of another host, which reports it with `Exited`) and from
+heartbeats (a process that stops answering for ``heartbeat_timeout`` seconds
+is declared lost and killed, so it cannot come back as a zombie member of the
+job).
+
+It also knows which host agent starts each proc (`Hosting`, sent before the
+agent is asked to), so that a host that vanishes (its agent killed, its link
+down) is reported as the loss of every proc on it, naming the host, and so
+that signals for a proc reach the agent that can deliver them.
 """
 
 from __future__ import annotations
 
 import logging
+import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from danaus.core.transport import ProcLoss
+from danaus.core.transport import ROOT, ProcLoss
 from danaus.transports.tcp import control
 from danaus.transports.tcp.ioloop import IoLoop
 
@@ -40,7 +48,7 @@ class Directory:
         *,
         heartbeat_interval: float,
         heartbeat_timeout: float,
-        kill: Callable[[str], None],
+        kill: Callable[[str, int], None],
     ) -> None:
         self._send = send
         self._io = io
@@ -52,6 +60,10 @@ class Directory:
         self._watchers: dict[str, dict[str, None]] = {}
         self._losses: dict[str, ProcLoss] = {}
         self._on_hello: dict[str, Callable[[], None]] = {}
+        self._agent_of: dict[str, str] = {}
+        """The host agent that starts each proc (``ROOT``: this process's own launcher)."""
+        self._hosted: dict[str, dict[str, None]] = {}
+        """The procs each host agent starts, the inverse of ``_agent_of``."""
         self._ping = 0
         io.call_soon(io.call_later, heartbeat_interval, self._heartbeat)
 
@@ -74,6 +86,10 @@ class Directory:
             entry = self._entries.get(src)
             if entry is not None:
                 entry.last_heard = time.monotonic()
+        elif isinstance(message, control.Hosting):
+            self.hosting(message.agent, message.procs)
+        elif isinstance(message, control.Exited):
+            self._exited(src, message.loss.loss())
         else:
             log.error("directory: unexpected %s from %s", type(message).__name__, src)
 
@@ -102,23 +118,84 @@ class Directory:
         else:
             self._watchers.setdefault(proc, {})[requester] = None
 
+    # ---- hosts ------------------------------------------------------------------------
+
+    def hosting(self, agent: str, procs: Iterable[str]) -> None:
+        """Host agent ``agent`` is to start ``procs``: they are lost with it."""
+        hosted = self._hosted.setdefault(agent, {})
+        for proc in procs:
+            if proc not in self._losses:
+                self._agent_of[proc] = agent
+                hosted[proc] = None
+        if agent in self._losses:
+            self._lost_with_host(self._losses[agent])
+
+    def _exited(self, agent: str, loss: ProcLoss) -> None:
+        """Host agent ``agent`` saw a proc it started end."""
+        known = self._agent_of.get(loss.proc)
+        if known is not None and known != agent:
+            log.error(
+                "directory: %s reported the end of %s, started by %s", agent, loss.proc, known
+            )
+            return
+        self.lost(loss)
+
+    def procs_on(self, agent: str) -> list[str]:
+        """The live procs host agent ``agent`` started (or is starting)."""
+        return list(self._hosted.get(agent, {}))
+
+    def signal(self, proc: str, sig: int) -> None:
+        """Send ``sig`` to ``proc``, through the host agent that started it."""
+        agent = self._agent_of.get(proc, ROOT)
+        if agent == ROOT:
+            self._kill(proc, sig)
+        else:
+            self._send(agent, control.Signal(proc, sig))
+
+    # ---- losses -----------------------------------------------------------------------
+
     def lost(self, loss: ProcLoss) -> None:
-        """``loss.proc`` is gone: tell everyone who watches or looks for it (once)."""
+        """``loss.proc`` is gone: tell everyone who watches or looks for it (once).
+
+        If it was a host agent, every proc it started is gone with it.
+        """
         if loss.proc in self._losses:
             return
         self._losses[loss.proc] = loss
         self._entries.pop(loss.proc, None)
         self._on_hello.pop(loss.proc, None)
+        agent = self._agent_of.pop(loss.proc, None)
+        if agent is not None:
+            self._hosted.get(agent, {}).pop(loss.proc, None)
         notice = control.Lost.of(loss)
         interested = {**self._watchers.pop(loss.proc, {}), **self._lookups.pop(loss.proc, {})}
         for requester in interested:
             if requester not in self._losses:
                 self._send(requester, notice)
+        self._lost_with_host(loss)
+
+    def _lost_with_host(self, loss: ProcLoss) -> None:
+        """Every proc host agent ``loss.proc`` started is lost with it."""
+        host = loss.host or loss.proc
+        for proc in list(self._hosted.pop(loss.proc, {})):
+            entry = self._entries.get(proc)
+            self.lost(
+                ProcLoss(
+                    proc,
+                    f"was lost with its host {host} (whose agent {loss.reason})",
+                    host=entry.host if entry is not None else loss.host,
+                    pid=entry.pid if entry is not None else None,
+                )
+            )
 
     def last_heard(self, proc: str) -> float | None:
         """When ``proc`` last answered a heartbeat (``time.monotonic``), if it is known."""
         entry = self._entries.get(proc)
         return entry.last_heard if entry is not None else None
+
+    def known(self, proc: str) -> bool:
+        """Whether ``proc`` has registered (or has been declared lost since)."""
+        return proc in self._entries or proc in self._losses
 
     def address(self, proc: str) -> control.Address | None:
         entry = self._entries.get(proc)
@@ -128,16 +205,33 @@ class Directory:
         now = time.monotonic()
         self._ping += 1
         for proc, entry in list(self._entries.items()):
-            if now - entry.last_heard > self._timeout:
-                self.lost(
-                    ProcLoss(
-                        proc,
-                        f"stopped answering heartbeats for {self._timeout:g} s",
-                        host=entry.host,
-                        pid=entry.pid,
-                    )
-                )
-                self._kill(proc)
-            elif entry.last_heard != float("inf"):
+            if proc in self._losses or entry.last_heard == float("inf"):
+                continue
+            if now - entry.last_heard <= self._timeout:
                 self._send(proc, control.Ping(self._ping))
+                continue
+            agent = self._agent_of.get(proc)
+            host = self._entries.get(agent) if agent is not None else None
+            # A host whose agent has been silent for half as long went silent with its
+            # procs (its link is down): the loss is the host's, of every proc on it.
+            if (
+                host is not None
+                and host.last_heard != float("inf")
+                and (now - host.last_heard > self._timeout / 2)
+            ):
+                self._silent(agent, host)  # type: ignore[arg-type]
+            if proc not in self._losses:
+                self._silent(proc, entry)
         self._io.call_later(self._interval, self._heartbeat)
+
+    def _silent(self, proc: str, entry: _Entry) -> None:
+        """``proc`` stopped answering: kill it (it must not come back) and declare it lost."""
+        self.signal(proc, signal.SIGKILL)
+        self.lost(
+            ProcLoss(
+                proc,
+                f"stopped answering heartbeats for {self._timeout:g} s",
+                host=entry.host,
+                pid=entry.pid,
+            )
+        )

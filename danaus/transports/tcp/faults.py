@@ -1,7 +1,9 @@
-"""Faults on real processes: crashes and pauses are the launcher's signals.
+"""Faults on real processes: crashes and pauses are signals, sent by the proc's launcher.
 
-Network faults (delay, clogs, partitions) need control of the network, which a
-set of processes on one host does not have; they raise `FaultUnsupported`.
+A proc on this host is signalled by the controller's launcher; one on an
+attached host, by that host's agent (the directory knows which). Network
+faults (delay, clogs, partitions) need control of the network, which a set of
+processes does not have; they raise `FaultUnsupported`.
 """
 
 from __future__ import annotations
@@ -17,14 +19,16 @@ if TYPE_CHECKING:
 
 
 class SignalFaults(Faults):
-    """SIGKILL, SIGSTOP and SIGCONT to the controller's worker processes."""
+    """SIGKILL, SIGSTOP and SIGCONT to the job's worker processes, on any host."""
 
     def __init__(self, world: TcpWorld) -> None:
         self._world = world
 
     def workers(self, host: str) -> list[str]:
         world = self._world
-        return sorted(world.launcher.children()) if host in world.hosts() else []
+        if world.directory is None:
+            raise RuntimeError("faults are injected from the controller")
+        return sorted(world.directory.procs_on(host))
 
     def crash(self, proc: str) -> None:
         self._signal(proc, signal.SIGKILL)
@@ -40,4 +44,4 @@ class SignalFaults(Faults):
         world = self._world
         if world.directory is None:
             raise RuntimeError("faults are injected from the controller")
-        world.io.call_soon(world.launcher.kill, proc, sig)
+        world.io.call_soon(world.directory.signal, proc, sig)

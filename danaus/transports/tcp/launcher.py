@@ -1,10 +1,23 @@
-"""Local launcher: worker processes on this machine, started and watched from the I/O thread.
+"""Local launcher: worker processes on this machine, started on a thread of their own, watched
+from the I/O thread.
 
-Each worker is ``python -m danaus.transports.tcp.worker`` with its bootstrap (including the
-job's secret key) written to its stdin. Its exit is noticed at once through a
-pidfd; its stdout and stderr are copied to the controller's, line by line.
-Workers die with the controller: they ask the kernel for a parent-death
-signal, and they exit when the controller's heartbeats stop.
+Each worker is ``python -m danaus.transports.tcp.worker`` (or the proc's own
+`BootstrapCommand`, which must end up running it) with its bootstrap
+(including the job's secret key) written to its stdin. Its exit is noticed at
+once through a pidfd and reported to the world's registry (the controller's
+directory, or, on another host, the controller through messages); its stdout
+and stderr are copied, line by line, to the world's output (the controller's
+terminal, or, on another host, messages to the controller). Workers die with
+whoever launched them: they ask the kernel for a parent-death signal and
+watch their launcher's pidfd, and they exit when the controller's heartbeats
+stop.
+
+Starting a process waits until it has exec'd, which on a busy machine can take
+a while; so processes are started by a thread of their own, never the I/O
+thread, whose heartbeats (a host agent answers the controller's) must not
+wait. The parent-death signal is sent when the thread that started a process
+ends: that thread lives until the launcher is closed, and closing it ends
+every process it started.
 """
 
 from __future__ import annotations
@@ -12,30 +25,49 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import os
+import queue
 import resource
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, TypeVar
-
-import msgspec
+from typing import IO, TYPE_CHECKING, Protocol, TypeVar
 
 from danaus.core.transport import Launcher, ProcLoss, ProcSpec
 from danaus.progress import Progress
 from danaus.transports.tcp import control
-from danaus.transports.tcp.bootstrap import Bootstrap
 from danaus.transports.tcp.ioloop import Settle, settler
 
 if TYPE_CHECKING:
     from danaus.transports.tcp.world import TcpWorld
 
+log = logging.getLogger("danaus.launcher")
+
 STARTUP_TIMEOUT = 60.0
 STDERR_TAIL = 20
+WORKER_MODULE = "danaus.transports.tcp.worker"
+STDOUT, STDERR = 1, 2
 
 T = TypeVar("T")
+
+
+class Registry(Protocol):
+    """Where a launcher's children are registered and their ends reported (I/O thread)."""
+
+    def expect(self, proc: str, on_hello: Callable[[], None]) -> None:
+        """Call ``on_hello`` once ``proc`` has registered with the directory."""
+
+    def lost(self, loss: ProcLoss) -> None:
+        """``loss.proc``, a child of this launcher, is gone."""
+
+
+def default_argv() -> list[str]:
+    """How a proc's process is started unless its `BootstrapCommand` says otherwise."""
+    return [sys.executable, "-m", WORKER_MODULE]
 
 
 @dataclass
@@ -48,10 +80,34 @@ class _Child:
     partial: dict[int, bytes] = field(default_factory=dict)
     exited: Settle | None = None
 
-    def outputs(self) -> tuple[tuple[IO[bytes], IO[str]], ...]:
+    def outputs(self) -> tuple[tuple[IO[bytes], int], ...]:
         """The worker's stdout and stderr pipes, each with the stream it is copied to."""
         assert self.popen.stdout is not None and self.popen.stderr is not None
-        return (self.popen.stdout, sys.stdout), (self.popen.stderr, sys.stderr)
+        return (self.popen.stdout, STDOUT), (self.popen.stderr, STDERR)
+
+
+class _Starter:
+    """The thread that starts a launcher's processes, and outlives none of them."""
+
+    def __init__(self, name: str) -> None:
+        self._calls: queue.SimpleQueue[tuple[Callable[..., None], tuple[object, ...]] | None]
+        self._calls = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def call_soon(self, fn: Callable[..., None], *args: object) -> None:
+        self._calls.put((fn, args))
+
+    def close(self) -> None:
+        self._calls.put(None)
+
+    def _run(self) -> None:
+        while (call := self._calls.get()) is not None:
+            fn, args = call
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("error starting a process in %r", fn)
 
 
 class LocalLauncher(Launcher):
@@ -60,20 +116,27 @@ class LocalLauncher(Launcher):
     def __init__(self, world: TcpWorld) -> None:
         self.world = world
         self._children: dict[str, _Child] = {}
+        self._starter = _Starter(f"danaus-start-{world.proc_id}")
+
+    def close(self) -> None:
+        """Stop starting processes; those still running are killed (their parent-death signal)."""
+        self._starter.close()
 
     async def launch(self, specs: Sequence[ProcSpec]) -> None:
         _check_process_limit(len(specs))
-        waits = self._each_on_io(self._start, specs)
+        waits = self._each(self._starter.call_soon, self._start, specs)
         with Progress(f"starting {len(specs)} procs", len(specs)) as progress:
             for wait in waits:
                 wait.add_done_callback(lambda _: progress.advance())
             try:
                 await asyncio.wait_for(asyncio.gather(*waits), STARTUP_TIMEOUT)
             except asyncio.TimeoutError:
+                for spec in specs:
+                    self.world.io.call_soon(self.kill, spec.proc_id)
                 raise RuntimeError(f"procs did not start within {STARTUP_TIMEOUT:g} s") from None
 
     async def stop(self, procs: Sequence[str], timeout: float) -> None:
-        waits = self._each_on_io(self._ask_exit, procs)
+        waits = self._each(self.world.io.call_soon, self._ask_exit, procs)
         if not waits:
             return
         _, pending = await asyncio.wait(waits, timeout=timeout)
@@ -82,44 +145,32 @@ class LocalLauncher(Launcher):
                 self.world.io.call_soon(self.kill, proc)
             await asyncio.wait(pending, timeout=timeout)
 
-    def _each_on_io(
-        self, fn: Callable[[T, Settle], None], items: Iterable[T]
+    def _each(
+        self,
+        call_soon: Callable[..., None],
+        fn: Callable[[T, Settle], None],
+        items: Iterable[T],
     ) -> list[asyncio.Future[None]]:
-        """Call ``fn(item, settle)`` on the I/O thread for each item; the futures they settle."""
+        """Have ``call_soon`` run ``fn(item, settle)`` for each item; the futures they settle."""
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[None]] = []
         for item in items:
             future: asyncio.Future[None] = loop.create_future()
             futures.append(future)
-            self.world.io.call_soon(fn, item, settler(loop, future))
+            call_soon(fn, item, settler(loop, future))
         return futures
 
-    # ---- I/O thread -------------------------------------------------------------------
-
     def _start(self, spec: ProcSpec, started: Settle) -> None:
+        """Start ``spec``'s process (the starter's thread); the I/O thread watches it."""
         world = self.world
-        bootstrap = Bootstrap(
-            proc_id=spec.proc_id,
-            name=spec.name,
-            host=spec.host,
-            host_agent=world.root.proc_id,
-            controller=world.transport.address.control,
-            public_key=world.keys.public,
-            secret_key=world.keys.secret,
-            heartbeat_interval=world.heartbeat_interval,
-            heartbeat_timeout=world.heartbeat_timeout,
-            parent_pid=os.getpid(),
-            sys_path=[p for p in sys.path if p],
-            cwd=os.getcwd(),
-            trace=world.trace.enabled,
-            bind_host=world.bind_host,
-            transport=world.name,
-            encrypt=world.keys.encrypt,
-            limits=msgspec.structs.asdict(world.limits),
-        )
+        setup = [bytes(frame) for frame in spec.setup] if spec.setup is not None else None
+        bootstrap = world.bootstrap(spec.proc_id, spec.name, spec.host, setup=setup)
+        command = spec.command
         try:
             popen = subprocess.Popen(
-                [sys.executable, "-m", "danaus.transports.tcp.worker"],
+                command.argv() if command is not None else default_argv(),
+                executable=command.program if command is not None else None,
+                env={**os.environ, **command.env} if command is not None else None,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -129,15 +180,23 @@ class LocalLauncher(Launcher):
             popen.stdin.write(bootstrap.encode())
             popen.stdin.close()
         except OSError as exc:
-            started(RuntimeError(f"could not start proc {spec.proc_id}: {exc}"))
+            loss = ProcLoss(spec.proc_id, f"could not be started ({exc})", host=spec.host)
+            world.io.call_soon(world.registry.lost, loss)
+            started(RuntimeError(loss.describe()))
             return
+        world.io.call_soon(self._watch, spec, popen, started)
+
+    # ---- I/O thread -------------------------------------------------------------------
+
+    def _watch(self, spec: ProcSpec, popen: subprocess.Popen[bytes], started: Settle) -> None:
+        world = self.world
         child = _Child(spec, popen, os.pidfd_open(popen.pid), started)
         self._children[spec.proc_id] = child
-        world.directory.expect(spec.proc_id, lambda: started(None))
+        world.registry.expect(spec.proc_id, lambda: started(None))
         world.io.add_reader(child.pidfd, lambda: self._exited(child))
-        for pipe, sink in child.outputs():
+        for pipe, stream in child.outputs():
             os.set_blocking(pipe.fileno(), False)
-            world.io.add_reader(pipe.fileno(), functools.partial(_drain, child, pipe, sink))
+            world.io.add_reader(pipe.fileno(), functools.partial(self._drain, child, pipe, stream))
 
     def _ask_exit(self, proc: str, exited: Settle) -> None:
         child = self._children.get(proc)
@@ -168,8 +227,8 @@ class LocalLauncher(Launcher):
         os.close(child.pidfd)
         self._children.pop(child.spec.proc_id, None)
         code = child.popen.wait()
-        for pipe, sink in child.outputs():
-            _drain(child, pipe, sink)
+        for pipe, stream in child.outputs():
+            self._drain(child, pipe, stream)
             io.remove_reader(pipe.fileno())
             pipe.close()
         loss = ProcLoss(
@@ -180,41 +239,38 @@ class LocalLauncher(Launcher):
             exit_code=code if code >= 0 else None,
             signal=-code if code < 0 else None,
         )
-        self.world.directory.lost(loss)
+        self.world.registry.lost(loss)
         tail = "".join(child.stderr_tail)
         child.started(RuntimeError(f"{loss.describe()} before it started:\n{tail}"))
         if child.exited is not None:
             child.exited(None)
 
-
-def _drain(child: _Child, pipe: IO[bytes], sink: IO[str]) -> None:
-    """Copy complete lines from a worker's pipe to the controller's stream."""
-    fd = pipe.fileno()
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except (BlockingIOError, OSError):
-            return
-        if not chunk:
-            rest = child.partial.pop(fd, b"")
+    def _drain(self, child: _Child, pipe: IO[bytes], stream: int) -> None:
+        """Copy complete lines from a worker's pipe to the world's output."""
+        fd = pipe.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except (BlockingIOError, OSError):
+                return
+            if not chunk:
+                rest = child.partial.pop(fd, b"")
+                if rest:
+                    self._emit(child, stream, rest + b"\n")
+                return
+            data = child.partial.pop(fd, b"") + chunk
+            complete, _, rest = data.rpartition(b"\n")
             if rest:
-                _emit(child, sink, rest + b"\n")
-            return
-        data = child.partial.pop(fd, b"") + chunk
-        complete, _, rest = data.rpartition(b"\n")
-        if rest:
-            child.partial[fd] = rest
-        if complete:
-            _emit(child, sink, complete + b"\n")
+                child.partial[fd] = rest
+            if complete:
+                self._emit(child, stream, complete + b"\n")
 
-
-def _emit(child: _Child, sink: IO[str], data: bytes) -> None:
-    text = data.decode(errors="replace")
-    if sink is sys.stderr:
-        child.stderr_tail.extend(text.splitlines(keepends=True))
-        del child.stderr_tail[:-STDERR_TAIL]
-    sink.write(text)
-    sink.flush()
+    def _emit(self, child: _Child, stream: int, data: bytes) -> None:
+        text = data.decode(errors="replace")
+        if stream == STDERR:
+            child.stderr_tail.extend(text.splitlines(keepends=True))
+            del child.stderr_tail[:-STDERR_TAIL]
+        self.world.output(stream, text)
 
 
 THREADS_PER_PROC = 8

@@ -2,8 +2,10 @@
 
 A worker's stdout and stderr become line-buffered streams that prefix each
 line with the actor mesh and rank of the code that wrote it (``[trainers
-gpus=3]``), or with the proc for code outside any actor. The controller copies
-the lines to its own terminal, so the prefix says where each came from.
+gpus=3]``), or with the proc for code outside any actor; on another host than
+the controller's, with that host's name first (``[node2 trainers hosts=2
+gpus=3]``). The controller copies the lines to its own terminal (from another
+host, its host agent sends them), so the prefix says where each came from.
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ def actor_label() -> str | None:
 class PrefixedStream(io.TextIOBase):
     """A text stream that writes whole lines, each with a prefix, to ``raw``."""
 
-    def __init__(self, raw: TextIO, fallback: str) -> None:
+    def __init__(self, raw: TextIO, fallback: str, host: str | None = None) -> None:
         self._raw = raw
         self._fallback = fallback
+        self._host = f"{host} " if host else ""
         self._lock = threading.Lock()
         self._partial = threading.local()
 
@@ -48,7 +51,7 @@ class PrefixedStream(io.TextIOBase):
         *lines, rest = pending.split("\n")
         self._partial.text = rest
         if lines:
-            prefix = f"[{actor_label() or self._fallback}] "
+            prefix = f"[{self._host}{actor_label() or self._fallback}] "
             out = "".join(f"{prefix}{line}\n" for line in lines)
             with self._lock:
                 self._raw.write(out)
@@ -71,11 +74,11 @@ class PrefixedStream(io.TextIOBase):
         return self._raw.encoding
 
 
-def install(proc_id: str) -> None:
-    """Prefix this process's stdout, stderr and Python logging."""
+def install(proc_id: str, host: str | None = None) -> None:
+    """Prefix this process's stdout, stderr and Python logging (with ``host``'s name, if given)."""
     fallback = f"proc {proc_id}"
-    sys.stdout = PrefixedStream(sys.__stdout__, fallback)
-    sys.stderr = PrefixedStream(sys.__stderr__, fallback)
+    sys.stdout = PrefixedStream(sys.__stdout__, fallback, host)
+    sys.stderr = PrefixedStream(sys.__stderr__, fallback, host)
     logging.basicConfig(
         stream=sys.stderr,
         level=os.environ.get("DANAUS_LOG_LEVEL", "INFO"),

@@ -86,6 +86,9 @@ class TcpTransport(Transport):
         self._monitors = [self._watch_handshakes(self.router)]
         self.directory: Directory | None = None
         self.on_control: Callable[[str, control.Control], None] | None = None
+        """Control messages for the world: the directory's, the host agent's, a proc's."""
+        self.on_resolved: Callable[[str], None] | None = None
+        """Called (I/O thread) when the directory tells where a proc receives."""
         self._dealers: dict[str, zmq.Socket] = {}
         self._addresses: dict[str, control.Address] = {}
         self._controller = controller_address
@@ -135,6 +138,9 @@ class TcpTransport(Transport):
 
     def watch(self, proc: str) -> None:
         self.io.call_soon(self._watch, proc)
+
+    def hosting(self, agent: str, procs: Sequence[str]) -> None:
+        self.io.call_soon(self._ask, control.Hosting(agent, list(procs)))
 
     def close(self) -> None:
         """Close both planes (called on the runtime loop's thread)."""
@@ -294,16 +300,23 @@ class TcpTransport(Transport):
             self._resolved(message.proc, message.address)
         elif isinstance(message, control.Lost):
             self._peer_lost(message.loss())
-        elif self.directory is not None:
-            self.directory.handle(src, message)
         elif self.on_control is not None:
             self.on_control(src, message)
+
+    def find(self, proc: str) -> None:
+        """Ask the directory where ``proc`` receives; `on_resolved` tells (I/O thread)."""
+        if proc in self._addresses:
+            self._resolved(proc, self._addresses[proc])
+        else:
+            self._ask(control.Where(proc))
 
     def _resolved(self, proc: str, address: control.Address) -> None:
         self._addresses[proc] = address
         self.data.resolved(proc, address.data)
         for message in self._pending.pop(proc, []):
             self._send_raw(proc, message)
+        if self.on_resolved is not None:
+            self.on_resolved(proc)
 
     def _peer_lost(self, loss: ProcLoss) -> None:
         if loss.proc in self._lost:

@@ -1,13 +1,16 @@
 """``python -m danaus.transports.tcp.worker``: a worker process, started by a launcher.
 
-It reads its bootstrap from stdin, makes sure it dies with its parent, and
+It reads its bootstrap from stdin, makes sure it dies with its launcher, and
 serves its proc until told to exit. It imports nothing heavy: user code pulls
-in torch or anything else only if it uses it.
+in torch or anything else only if it uses it. It imports what it needs before
+reading its bootstrap, so a worker loop can start one ahead of time, ready for
+the next controller (``--preload TRANSPORT`` imports that transport too).
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib
 import os
 import signal
 import sys
@@ -15,30 +18,46 @@ import sys
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """Ask the kernel to kill this process when its parent dies (Linux)."""
+def _die_with_parent(parent_pid: int) -> int:
+    """Die when the launcher (``parent_pid``) does; a pidfd of it, to watch.
+
+    The kernel's parent-death signal covers a launcher that is this process's
+    parent; a `BootstrapCommand` may put a wrapper in between, so the
+    launcher's pidfd is watched as well.
+    """
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
         pass
-    if os.getppid() != parent_pid:
+    try:
+        return os.pidfd_open(parent_pid)
+    except ProcessLookupError:
         os._exit(70)
+
+
+PRELOADABLE = ("tcp", "ucx")
 
 
 def main() -> None:
     from danaus.transports.tcp.bootstrap import Bootstrap
+    from danaus.transports.tcp.world import worker_main
 
-    boot = Bootstrap.decode(sys.stdin.buffer.read())
-    _die_with_parent(boot.parent_pid)
-    os.chdir(boot.cwd)
+    preload = sys.argv[2] if len(sys.argv) == 3 and sys.argv[1] == "--preload" else None
+    if preload in PRELOADABLE:
+        importlib.import_module(f"danaus.transports.{preload}")
+    data = sys.stdin.buffer.read()
+    if not data:
+        return  # a worker started ahead of time whose worker loop ended first
+    boot = Bootstrap.decode(data)
+    parent = _die_with_parent(boot.parent_pid)
+    if os.path.isdir(boot.cwd):
+        os.chdir(boot.cwd)
     sys.path[:0] = [p for p in boot.sys_path if p not in sys.path]
     from danaus.transports.tcp import output
 
-    output.install(boot.proc_id)
-    from danaus.transports.tcp.world import worker_main
-
-    worker_main(boot)
+    output.install(boot.proc_id, boot.host if boot.remote else None)
+    worker_main(boot, parent)
 
 
 if __name__ == "__main__":

@@ -2,9 +2,15 @@
 
 Threads of a controller process: the user's (main code), the runtime loop
 (``danaus-runtime``: actors' async code, routing, ports), the I/O thread
-(``danaus-io``: sockets, directory, heartbeats, child processes) and one
-thread per actor with sync endpoints. A worker process is the same, except
-that its main thread runs the runtime loop.
+(``danaus-io``: sockets, directory, heartbeats, child processes, links to
+attached workers) and one thread per actor with sync endpoints. A worker
+process is the same, except that its main thread runs the runtime loop.
+
+A worker process is a proc, or the host agent that a worker loop on another
+host started for this controller (`danaus.transports.tcp.worker_loop`): that
+one starts procs on its host, reports them to the controller's directory and
+forwards their output (`danaus.transports.tcp.remote`), and ends them all when
+it ends.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import inspect
+import ipaddress
 import logging
 import os
 import random
@@ -20,28 +28,33 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
+import msgspec
 import zmq
 
 from danaus import tracing
 from danaus.admin.service import AdminService
 from danaus.core.agents import HOST_AGENT, PROC_AGENT, HostAgent, ProcAgent
+from danaus.core.attach import ATTACH_TIMEOUT
 from danaus.core.blocking import ActorThread
 from danaus.core.owned import STOP_TIMEOUT
 from danaus.core.runtime import Runtime, cancel_leftover_tasks
+from danaus.core.serialize import loads
 from danaus.core.trace import Trace
 from danaus.core.transport import ActorRunner, World
 from danaus.debug import hook
-from danaus.transports.tcp import control
+from danaus.transports.tcp import control, hostlink, jobkey
 from danaus.transports.tcp.admin import AdminSocket
+from danaus.transports.tcp.attacher import Attacher
 from danaus.transports.tcp.bootstrap import Bootstrap
 from danaus.transports.tcp.directory import Directory
 from danaus.transports.tcp.faults import SignalFaults
-from danaus.transports.tcp.ioloop import IoLoop
-from danaus.transports.tcp.launcher import LocalLauncher
+from danaus.transports.tcp.ioloop import IoLoop, settler
+from danaus.transports.tcp.launcher import STDOUT, LocalLauncher, Registry
 from danaus.transports.tcp.limits import Limits
 from danaus.transports.tcp.refusals import RefusalLog
+from danaus.transports.tcp.remote import RemoteRegistry, forward_output
 from danaus.transports.tcp.security import JobKeys, ZapHandler
 from danaus.transports.tcp.transport import ROOT, TcpTransport
 
@@ -57,6 +70,35 @@ ADMIN_HOST = "127.0.0.1"
 """The admin socket (`danaus top`, `danaus debug`) listens on loopback unless configured."""
 TRACE_TIMEOUT = 5.0
 """How long a controller writing its trace at shutdown waits for each proc's events."""
+BIND_HOST_ENV = "DANAUS_BIND_HOST"
+"""Names the address a controller listens on when ``configure`` does not."""
+WORKERS_ENV = "DANAUS_WORKERS"
+"""The job's workers (comma-separated addresses) when ``configure`` names none."""
+RELEASE_TIMEOUT = 3.0
+"""Seconds a worker may take to confirm that it ended the host agent of a released host."""
+
+
+def bind_host_from(option: str | None) -> str:
+    """The address to listen on: the option, else ``DANAUS_BIND_HOST``, else loopback."""
+    return option or os.environ.get(BIND_HOST_ENV) or BIND_HOST
+
+
+def workers_from(option: Sequence[str] | None) -> list[str]:
+    """The job's workers: the option, else ``DANAUS_WORKERS``, else none."""
+    if option is not None:
+        if isinstance(option, str):
+            raise TypeError("workers must be a list of addresses, not one string")
+        return list(option)
+    return [w.strip() for w in os.environ.get(WORKERS_ENV, "").split(",") if w.strip()]
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class TcpWorld(World):
@@ -78,6 +120,8 @@ class TcpWorld(World):
         limits: Limits,
         controller_address: str | None = None,
         trace: bool = False,
+        job_hosts: Sequence[str] = (),
+        remote: bool = False,
     ) -> None:
         self.proc_id = proc_id
         self.host = host
@@ -90,6 +134,10 @@ class TcpWorld(World):
         self.random = random.Random()
         self.limits = limits
         self.max_procs_per_host = limits.max_procs_per_host
+        self.job_hosts = list(job_hosts)
+        """The host agents of the job's hosts (``danaus.hosts()``), if it names workers."""
+        self.remote = remote
+        """Whether the procs this process launches run on another host than the controller."""
         self.io = IoLoop(f"danaus-io-{proc_id}")
         self.contexts = (zmq.Context(), zmq.Context())
         """Control plane's, data plane's: each its own zmq I/O thread (and ZAP handler)."""
@@ -107,9 +155,15 @@ class TcpWorld(World):
             refusals=RefusalLog(),
             controller_address=controller_address,
         )
+        self.controller_address = controller_address or self.transport.address.control
         self.launcher = LocalLauncher(self)
         self.faults = SignalFaults(self)
         self.directory: Directory = None  # type: ignore[assignment]
+        self.registry: Registry = None  # type: ignore[assignment]
+        """Where the launcher registers its children: the directory, or the controller's."""
+        self.output: Callable[[int, str], None] = _write_output
+        """Where the launcher's children's output goes (stream 1 or 2, text)."""
+        self.attacher: Attacher | None = None
         self._runtime: Runtime | None = None
         self._loop_thread: threading.Thread | None = None
         self._closed = False
@@ -120,6 +174,7 @@ class TcpWorld(World):
         self.trace_file: str | None = None
         """Where the controller writes the job's trace when it shuts down."""
         hook.install()
+        self._setup: list[bytes] | None = None
 
     # ---- making worlds ----------------------------------------------------------------
 
@@ -128,31 +183,40 @@ class TcpWorld(World):
         cls,
         heartbeat_interval: float = HEARTBEAT_INTERVAL,
         heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
-        bind_host: str = BIND_HOST,
+        bind_host: str | None = None,
         trace: bool | str | None = None,
         encrypt: bool = True,
         admin: bool = True,
         admin_host: str = ADMIN_HOST,
+        workers: Sequence[str] | None = None,
+        job_key: Any = None,
         **limits: float | None,
     ) -> TcpWorld:
         """The controller's world: the root proc, the directory, and this host's agent.
 
         ``trace``: True records the job's events, a path also writes them there
         at shutdown (`danaus.tracing`). ``admin``: serve `danaus top` and
-        `danaus debug` on ``admin_host``. ``limits`` are the options of
-        `Limits.from_options`.
+        `danaus debug` on ``admin_host``. With ``workers`` (or
+        ``DANAUS_WORKERS``), it attaches to them at once: they are the job's
+        hosts (``hosts()``), and ``this_host()`` in the controller is the first
+        of them. ``limits`` are the options of `Limits.from_options`.
         """
         trace_file = tracing.destination(trace)
+        bind_host = bind_host_from(bind_host)
+        workers = workers_from(workers)
+        plan = attach_plan(workers, job_key, bind_host) if workers else None
+        job_hosts = [f"hosts.{i}" for i in range(len(workers))]
         world = cls(
             proc_id=ROOT,
             host=socket.gethostname(),
-            host_agent=ROOT,
+            host_agent=job_hosts[0] if job_hosts else ROOT,
             keys=JobKeys.generate(encrypt),
             heartbeat_interval=heartbeat_interval,
             heartbeat_timeout=heartbeat_timeout,
             bind_host=bind_host,
             limits=Limits.from_options(**limits),
             trace=bool(trace) or trace_file is not None,
+            job_hosts=job_hosts,
         )
         world.trace_file = trace_file
         if admin:
@@ -164,13 +228,18 @@ class TcpWorld(World):
             heartbeat_timeout=heartbeat_timeout,
             kill=world.launcher.kill,
         )
+        world.registry = world.directory
         world.transport.directory = world.directory
+        world.transport.on_control = world._controller_control
+        world.attacher = Attacher(world.contexts[0], world.io, world.directory)
         world.directory.register_local(ROOT, world.transport.address, os.getpid(), world.host)
         world.io.start()
         world._loop_thread = threading.Thread(
             target=world._run_loop, name="danaus-runtime", daemon=True
         )
         world._loop_thread.start()
+        if plan is not None:
+            world._attach(plan, job_hosts, ATTACH_TIMEOUT)
         world._runtime = world._on_loop(
             lambda: world._make_runtime({PROC_AGENT: ProcAgent, HOST_AGENT: HostAgent})
         )
@@ -193,10 +262,43 @@ class TcpWorld(World):
             trace=boot.trace,
             bind_host=boot.bind_host,
             limits=Limits(**boot.limits),
+            job_hosts=boot.hosts,
+            remote=boot.is_host_agent,
         )
+        world._setup = boot.setup
         world.transport.on_control = world._worker_control
+        if boot.is_host_agent:
+            world.registry = RemoteRegistry(world.transport)
+            world.output = forward_output(world.transport)
         world.io.start()
         return world
+
+    def bootstrap(self, proc_id: str, name: str, host: str, **fields: Any) -> Bootstrap:
+        """What a proc this process starts is told (``fields`` override the rest)."""
+        return Bootstrap(
+            **{
+                "proc_id": proc_id,
+                "name": name,
+                "host": host,
+                "host_agent": self.proc_id,
+                "controller": self.controller_address,
+                "public_key": self.keys.public,
+                "secret_key": self.keys.secret,
+                "heartbeat_interval": self.heartbeat_interval,
+                "heartbeat_timeout": self.heartbeat_timeout,
+                "parent_pid": os.getpid(),
+                "sys_path": [p for p in sys.path if p],
+                "cwd": os.getcwd(),
+                "trace": self.trace.enabled,
+                "bind_host": self.bind_host,
+                "transport": self.name,
+                "encrypt": self.keys.encrypt,
+                "limits": msgspec.structs.asdict(self.limits),
+                "hosts": list(self.job_hosts),
+                "remote": self.remote,
+                **fields,
+            }
+        )
 
     def _make_runtime(self, agents: dict[str, type]) -> Runtime:
         runtime = Runtime(
@@ -227,7 +329,11 @@ class TcpWorld(World):
     def serve_forever(self) -> None:
         """Run this worker until its controller tells it to exit (or disappears)."""
         asyncio.set_event_loop(self.loop)
-        self._runtime = self._make_runtime({PROC_AGENT: ProcAgent})
+        self._run_setup()
+        agents: dict[str, type] = {PROC_AGENT: ProcAgent}
+        if self.host_agent == self.proc_id:
+            agents[HOST_AGENT] = HostAgent
+        self._runtime = self._make_runtime(agents)
         hello = control.Hello(self.transport.address, os.getpid(), self.host)
         self.io.call_soon(self.transport.send_control, ROOT, hello)
         self.io.call_soon(self.io.call_later, self.heartbeat_interval, self._check_controller)
@@ -235,6 +341,15 @@ class TcpWorld(World):
             self.loop.run_forever()
         finally:
             self.loop.run_until_complete(self._close_runtime())
+            self._stop_children()
+
+    def _run_setup(self) -> None:
+        """Run the ``spawn_procs(bootstrap=...)`` function, if any, before taking messages."""
+        if self._setup is None:
+            return
+        result = loads(self._setup)()
+        if inspect.isawaitable(result):
+            self.loop.run_until_complete(result)
 
     def _worker_control(self, src: str, message: control.Control) -> None:
         if isinstance(message, control.Ping):
@@ -242,15 +357,87 @@ class TcpWorld(World):
             self.transport.send_control(ROOT, control.Pong(message.seq))
         elif isinstance(message, control.Exit):
             self.loop.call_soon_threadsafe(self.loop.stop)
+        elif isinstance(message, control.Signal) and self.host_agent == self.proc_id:
+            self.launcher.kill(message.proc, message.signal)
         else:
             log.error("proc %s: unexpected %s from %s", self.proc_id, type(message).__name__, src)
+
+    def _controller_control(self, src: str, message: control.Control) -> None:
+        if isinstance(message, control.Output):
+            self.output(message.stream, message.text)
+        else:
+            self.directory.handle(src, message)
 
     def _check_controller(self) -> None:
         silent = time.monotonic() - self._last_ping
         if silent > self.heartbeat_timeout:
             log.error("proc %s: controller silent for %.1f s; exiting", self.proc_id, silent)
-            os._exit(70)
+            self.exit_now(70)
         self.io.call_later(self.heartbeat_interval, self._check_controller)
+
+    def exit_now(self, code: int) -> NoReturn:
+        """End this worker at once, and every proc it started (I/O thread, or any)."""
+        self.launcher.kill_all()
+        _flush()
+        os._exit(code)
+
+    # ---- attaching workers (controller) ------------------------------------------------
+
+    def attach(self, workers: Sequence[str], key: object, timeout: float) -> list[str]:
+        if self.attacher is None:
+            raise RuntimeError("only the controller attaches to workers")
+        plan = attach_plan(workers, key, self.bind_host)
+        base = self.root.new_id()
+        agents = [f"{base}.{i}" for i in range(len(workers))]
+        self._attach(plan, agents, timeout)
+        return agents
+
+    def _attach(self, plan: AttachPlan, agents: Sequence[str], timeout: float) -> None:
+        keys, addresses = plan
+        assert self.attacher is not None
+        for agent, (ip, port) in zip(agents, addresses):
+            boot = self.bootstrap(agent, "host", "", host_agent=agent, bind_host="", remote=True)
+            self.io.call_soon(self.attacher.attach, agent, ip, port, keys, boot, timeout)
+
+    async def release(self, agents: Sequence[str], final: bool) -> None:
+        if self.attacher is None:
+            return
+        loop = asyncio.get_running_loop()
+        waits: dict[asyncio.Future[None], str] = {}
+        for agent in agents:
+            future: asyncio.Future[None] = loop.create_future()
+            waits[future] = agent
+            self.io.call_soon(self.attacher.release, agent, final, settler(loop, future))
+        if not waits:
+            return
+        _, late = await asyncio.wait(waits, timeout=RELEASE_TIMEOUT)
+        for future in late:
+            log.warning("the worker of host agent %s did not confirm its release", waits[future])
+            self.io.call_soon(self.attacher.forget, waits[future])
+
+    def _release_attached(self, timeout: float) -> None:
+        """Release every attached worker (not from the I/O thread); wait up to ``timeout``."""
+        attacher = self.attacher
+        if attacher is None:
+            return
+        done = threading.Event()
+
+        def start() -> None:
+            agents = attacher.attached()
+            remaining = [len(agents)]
+
+            def settle(_: BaseException | None) -> None:
+                remaining[0] -= 1
+                if remaining[0] == 0:
+                    done.set()
+
+            if not agents:
+                done.set()
+            for agent in agents:
+                attacher.release(agent, False, settle)
+
+        self.io.call_soon(start)
+        done.wait(timeout)
 
     # ---- the contract -----------------------------------------------------------------
 
@@ -260,7 +447,7 @@ class TcpWorld(World):
         return self._runtime
 
     def hosts(self) -> Sequence[str]:
-        return [self.host_agent]
+        return self.job_hosts or [self.host_agent]
 
     def actor_runner(self, name: str) -> ActorRunner:
         return ActorThread(f"danaus-actor-{name}")
@@ -281,7 +468,9 @@ class TcpWorld(World):
             self._write_trace(self.trace_file)
         if self.admin_socket is not None:
             self.admin_socket.close()
+        self._release_attached(RELEASE_TIMEOUT)
         self._stop_children()
+        self.launcher.close()
         try:
             asyncio.run_coroutine_threadsafe(self._close_runtime(), self.loop).result(timeout=5)
         except Exception as exc:
@@ -331,6 +520,7 @@ class TcpWorld(World):
                 tracing.write(self.trace.events, self.trace_file)
         if self._loop_thread is not None:
             self._stop_children()
+            self._release_attached(1.0)
         _flush()
         os._exit(status)
 
@@ -344,16 +534,47 @@ def _flush() -> None:
             stream.flush()
 
 
-def worker_main(boot: Bootstrap) -> None:
-    """Entry point of ``python -m danaus.transports.tcp.worker`` once the bootstrap is read."""
+def _write_output(stream: int, text: str) -> None:
+    """Write a child's lines to this process's stdout or stderr."""
+    sink = sys.stdout if stream == STDOUT else sys.stderr
+    sink.write(text)
+    sink.flush()
+
+
+AttachPlan = tuple[JobKeys, list[tuple[str, int]]]
+
+
+def attach_plan(workers: Sequence[str], key: object, bind_host: str) -> AttachPlan:
+    """The job's keys and the workers' addresses, checked before anything starts."""
+    keys = jobkey.resolve(key)  # type: ignore[arg-type]
+    addresses = [hostlink.parse_address(worker) for worker in workers]
+    if is_loopback(bind_host):
+        remote = [w for w, (ip, _) in zip(workers, addresses) if not hostlink.is_loopback(ip)]
+        if remote:
+            raise ValueError(
+                f"this controller listens on {bind_host} only, which workers on other hosts "
+                f"({', '.join(remote)}) cannot reach: name the address to listen on with "
+                f"configure(bind_host=...) or {BIND_HOST_ENV}"
+            )
+    return keys, addresses
+
+
+def worker_main(boot: Bootstrap, parent: int | None = None) -> None:
+    """Entry point of ``python -m danaus.transports.tcp.worker`` once the bootstrap is read.
+
+    ``parent`` is a pidfd of the process that launched this one: when it ends, so does this.
+    """
     from danaus.core import config
 
     world_class = config.transport_module(boot.transport).World
     world = world_class.worker(boot)
+    if parent is not None:
+        world.io.call_soon(world.io.add_reader, parent, lambda: world.exit_now(70))
     config.install(world)
     try:
         world.serve_forever()
     finally:
+        world.launcher.close()
         world.io.stop()
         for context in world.contexts:
             context.destroy(linger=1000)

@@ -4,7 +4,8 @@ Besides the listener Danaus asks for, UCX's TCP transport listens on every
 network device it may use (``UCX_NET_DEVICES``, all by default). Unless the
 user set that variable, it is set to the device that holds the job's bind
 address before UCX starts (``lo`` for a local job), so UCX listens there only.
-Workers inherit it with the rest of the controller's environment.
+Workers inherit it with the rest of the controller's environment; a host
+agent on another host sets its own, for its address.
 """
 
 from __future__ import annotations
@@ -40,8 +41,20 @@ def device_of(host: str) -> str | None:
     return None
 
 
+_USERS = os.environ.get("UCX_NET_DEVICES")
+"""The user's own setting, which is never changed."""
+
+
 def restrict_to(host: str) -> None:
-    """Have UCX listen only on the device of ``host``, unless ``UCX_NET_DEVICES`` is set."""
+    """Have UCX listen only on the device of ``host``, unless the user set ``UCX_NET_DEVICES``.
+
+    A process may run one job after another (on loopback, then attached to
+    other hosts): each sets the device of its own address.
+    """
+    if _USERS is not None:
+        return
     device = device_of(host)
-    if device is not None:
-        os.environ.setdefault("UCX_NET_DEVICES", device)
+    if device is None:
+        os.environ.pop("UCX_NET_DEVICES", None)
+    else:
+        os.environ["UCX_NET_DEVICES"] = device

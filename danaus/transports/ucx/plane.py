@@ -16,10 +16,13 @@ is closed before anything is read from it; UCX's own sockets are kept to the
 job's device by `danaus.transports.ucx.devices`.
 
 Messages to one peer go out one at a time from one queue, over one endpoint,
-so they arrive in the order sent. A UCX send completes when its buffer may be
-reused, not when the peer has it, and closing an endpoint drops what is still
-in flight; so a stopping plane ends each connection with `BYE` and closes it
-only when the peer has answered, once it has received everything before.
+so they arrive in the order sent. A connection that fails before it carried
+anything (its peer too busy to answer in time) is tried again; one that fails
+later ends with its peer, which the directory then reports lost. A UCX send
+completes when its buffer may be reused, not when the peer has it, and closing
+an endpoint drops what is still in flight; so a stopping plane ends each
+connection with `BYE` and closes it only when the peer has answered, once it
+has received everything before.
 
 Progress runs in ucxx's thread mode with Python futures: a C++ thread waits on
 the UCX worker's event descriptor and a notifier thread completes the asyncio
@@ -51,6 +54,8 @@ log = logging.getLogger("danaus.ucx")
 
 LINGER = 2.0
 """Seconds a stopping plane gives what it has queued to arrive (as zmq's linger does on tcp)."""
+RETRY_PAUSE, RETRY_PAUSE_MAX = 0.1, 2.0
+"""Seconds before trying a failed connection again, at first and at most."""
 
 
 class _UcxLoop:
@@ -197,12 +202,7 @@ class UcxPlane:
         ``None`` in the queue ends the connection: `BYE`, then the peer's answer.
         """
         try:
-            host, port = (await self._address(dest)).rsplit(":", 1)
-            endpoint = await ucxx.create_endpoint(
-                host, int(port), connect_timeout=self._limits.handshake_timeout
-            )
-            self._endpoints.append(endpoint)
-            await asyncio.wait_for(self._prove(endpoint), self._limits.handshake_timeout)
+            endpoint = await self._connect(dest)
             while (message := await queue.get()) is not None:
                 await _send_message(endpoint, message)
             await endpoint.send(framing.BYE)
@@ -212,6 +212,37 @@ class UcxPlane:
         except Exception as exc:
             if not self._stopping:
                 log.warning("ucx: sending to %s stopped: %r", dest, exc)
+
+    async def _connect(self, dest: str) -> Any:
+        """An endpoint to ``dest`` that has passed its challenge.
+
+        A connection that fails before any message went out (a busy peer that
+        did not answer in time, say) is tried again, after a growing pause,
+        until it succeeds or ``dest`` is declared lost (which cancels this);
+        a peer that fails the challenge is not.
+        """
+        host, port = (await self._address(dest)).rsplit(":", 1)
+        pause = RETRY_PAUSE
+        while True:
+            endpoint = None
+            try:
+                endpoint = await ucxx.create_endpoint(
+                    host, int(port), connect_timeout=self._limits.handshake_timeout
+                )
+                self._endpoints.append(endpoint)
+                await asyncio.wait_for(self._prove(endpoint), self._limits.handshake_timeout)
+                return endpoint
+            except (asyncio.CancelledError, handshake.HandshakeError):
+                raise
+            except Exception as exc:
+                if self._stopping:
+                    raise
+                log.warning("ucx: connecting to %s failed (%r); again in %.2g s", dest, exc, pause)
+                if endpoint is not None:
+                    self._endpoints.remove(endpoint)
+                    endpoint.abort()
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, RETRY_PAUSE_MAX)
 
     async def _prove(self, endpoint: Any) -> None:
         """Answer the accepting side's challenge, and check that it belongs to the job too."""

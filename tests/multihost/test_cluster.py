@@ -1,0 +1,217 @@
+"""A job on three hosts: network namespaces on a private subnet, a ``danaus worker`` in each.
+
+The controller is this test process (or a script, where the test kills it),
+in the root namespace; see ``tests/cluster.py``. Tests that break a host (kill
+its agent or its worker, pull its cable) mend it before they end, for the
+tests after them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import danaus
+from danaus import Actor, Channel, MeshFailure, context, endpoint, hosts
+from danaus.rdma import RDMABuffer
+from tests.cluster import Cluster, Host
+from tests.multihost.conftest import FAST, ROOT
+from tests.tcp.conftest import wait_until
+
+pytestmark = pytest.mark.multihost
+
+TRANSPORTS = ["tcp", "ucx"]
+
+
+@pytest.fixture(params=TRANSPORTS)
+def transport(request: pytest.FixtureRequest) -> str:
+    if request.param == "ucx" and importlib.util.find_spec("ucxx") is None:
+        pytest.skip("the ucx transport needs the ucxx package")
+    return request.param
+
+
+@pytest.fixture
+def job(namespace_cluster: Cluster, transport: str) -> Iterator[Cluster]:
+    """This process as the controller of a job on the cluster's three hosts."""
+    danaus.configure(transport=transport, **namespace_cluster.controller_options(), **FAST)
+    try:
+        yield namespace_cluster
+    finally:
+        danaus.shutdown()
+
+
+def only_the_worker_left(cluster: Cluster, host: Host) -> bool:
+    """Whether ``host`` runs nothing but its worker (and the host agent it keeps ready)."""
+    worker = host.worker
+    if worker is None:
+        return False
+    for pid in cluster.pids_in(host):
+        if pid == worker.pid:
+            continue
+        try:
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except (OSError, IndexError):
+            continue
+        if parent != worker.pid or b"--preload" not in command:
+            return False
+    return True
+
+
+class Member(Actor):
+    """Knows where it runs; passes a token to the next member, on the next host."""
+
+    def __init__(self) -> None:
+        self.rank = dict(context().actor_instance.rank)
+        self.buffer = RDMABuffer(memoryview(bytearray(f"held by {self.rank}".encode())))
+
+    @endpoint
+    def where(self) -> tuple[dict[str, int], int, int]:
+        return self.rank, os.getpid(), os.getppid()
+
+    @endpoint
+    def pass_on(self, ring: Actor, hops: int) -> list[dict[str, int]]:
+        here = [self.rank]
+        if hops == 0:
+            return here
+        following = (self.rank["hosts"] + 1) % 3
+        return here + ring.slice(hosts=following).pass_on.call_one(ring, hops - 1).get()
+
+    @endpoint
+    def memory(self) -> RDMABuffer:
+        return self.buffer
+
+    @endpoint
+    def read(self, buffer: RDMABuffer) -> bytes:
+        into = bytearray(buffer.size())
+        buffer.read_into(memoryview(into)).get()
+        return bytes(into)
+
+
+def test_getting_started_runs_on_three_hosts(namespace_cluster, transport):
+    """The example, unchanged, with the job's workers named in its environment."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "getting_started.py")],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "DANAUS_TRANSPORT": transport,
+            **namespace_cluster.controller_environment(),
+        },
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "mesh sizes {'hosts': 3, 'gpus': 8}" in result.stdout
+    assert "spawned 24 trainers" in result.stdout
+
+
+def test_actors_on_different_hosts_call_each_other_and_read_each_others_memory(job):
+    ring = hosts().spawn_procs().spawn("ring", Member)
+    places = list(ring.where.call().get(timeout=120).values())
+    assert [rank for rank, _, _ in places] == [{"hosts": 0}, {"hosts": 1}, {"hosts": 2}]
+    visited = ring.slice(hosts=0).pass_on.call_one(ring, 2).get(timeout=120)
+    assert [stop["hosts"] for stop in visited] == [0, 1, 2]
+    far = ring.slice(hosts=2).memory.call_one().get(timeout=120)
+    assert ring.slice(hosts=0).read.call_one(far).get(timeout=120) == b"held by {'hosts': 2}"
+
+
+def start_members(per_host: int) -> tuple[Actor, list[tuple[dict[str, int], int, int]]]:
+    members = hosts().spawn_procs(per_host={"gpus": per_host}).spawn("members", Member)
+    return members, list(members.where.call().get(timeout=120).values())
+
+
+def losses_of(failures: object, count: int) -> list[MeshFailure]:
+    return sorted(
+        (failures.recv().get(timeout=60) for _ in range(count)),  # type: ignore[attr-defined]
+        key=lambda f: f.rank["gpus"],
+    )
+
+
+@pytest.mark.parametrize("what", ["host agent", "worker"])
+def test_a_killed_agent_is_the_loss_of_every_proc_on_its_host(job, what):
+    port, failures = Channel.open()
+    danaus.unhandled_fault_hook = port.send
+    members, places = start_members(per_host=2)
+    victim = job.hosts[1]
+    agent = places[2][2]
+    assert places[3][2] == agent, "both procs of a host are children of its agent"
+    assert victim.worker is not None
+    try:
+        os.kill(victim.worker.pid if what == "worker" else agent, signal.SIGKILL)
+        lost = losses_of(failures, 2)
+        assert [dict(f.rank) for f in lost] == [{"hosts": 1, "gpus": 0}, {"hosts": 1, "gpus": 1}]
+        assert all(f.host == victim.name for f in lost)
+        survivors = members.slice(hosts=slice(0, 3, 2)).where.call().get(timeout=60)
+        assert len(survivors) == 4
+        if what == "worker":
+            wait_until(lambda: not job.pids_in(victim), 60, "every process of the host to end")
+    finally:
+        if what == "worker":
+            job.stop_worker(victim)
+            job.start_worker(victim)
+    wait_until(lambda: only_the_worker_left(job, victim), 60, f"{victim.name} to be clean")
+
+
+def test_a_host_whose_link_goes_down_is_lost_with_every_proc_on_it(job):
+    port, failures = Channel.open()
+    danaus.unhandled_fault_hook = port.send
+    members, _ = start_members(per_host=2)
+    victim = job.hosts[2]
+    job.link(victim, up=False)
+    try:
+        lost = losses_of(failures, 2)
+        assert [dict(f.rank) for f in lost] == [{"hosts": 2, "gpus": 0}, {"hosts": 2, "gpus": 1}]
+        assert all(f.host == victim.name for f in lost)
+        assert any(f"lost with its host {victim.name}" in f.cause for f in lost)
+        survivors = members.slice(hosts=slice(0, 2)).where.call().get(timeout=60)
+        assert len(survivors) == 4
+    finally:
+        job.link(victim, up=True)
+    wait_until(lambda: only_the_worker_left(job, victim), 60, f"{victim.name} to be clean")
+
+
+def test_a_vanished_controller_leaves_only_the_workers(namespace_cluster, transport, tmp_path):
+    script = tmp_path / "vanish.py"
+    script.write_text(VANISH)
+    controller = subprocess.Popen(
+        [sys.executable, str(script)],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "DANAUS_TRANSPORT": transport,
+            **namespace_cluster.controller_environment(),
+        },
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert controller.stdout is not None
+    assert controller.stdout.readline().strip() == "6 procs up"
+    assert not any(only_the_worker_left(namespace_cluster, h) for h in namespace_cluster.hosts)
+    controller.kill()
+    controller.wait()
+    for host in namespace_cluster.hosts:
+        wait_until(
+            lambda h=host: only_the_worker_left(namespace_cluster, h),
+            60,
+            f"{host.name} to be clean",
+        )
+
+
+VANISH = """
+import time
+import danaus
+danaus.configure(heartbeat_interval=0.3, heartbeat_timeout=3.0)
+procs = danaus.hosts().spawn_procs(per_host={"gpus": 2})
+procs.initialized.get(timeout=120)
+print("6 procs up", flush=True)
+time.sleep(600)
+"""

@@ -1,0 +1,350 @@
+"""Workers and attach on loopback: the life of a worker, and who it lets in.
+
+Each worker here is a real ``danaus worker`` process listening on 127.0.0.1;
+the controller is this test process (or a script of its own, where the test
+needs to kill it). Tests that need hosts of their own are in ``test_cluster.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+import zmq
+
+import danaus
+from danaus import Actor, SupervisionError, current_rank, endpoint
+from tests.multihost.conftest import ROOT
+from tests.tcp.conftest import alive, run_script, wait_until
+
+
+class Where(Actor):
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+    @endpoint
+    def shout(self, text: str) -> None:
+        print(text, flush=True)
+
+
+def test_attach_spawn_stop_and_attach_again(workers, controller):
+    worker = workers()
+    controller()
+    seen = []
+    for _ in range(2):
+        hosts = danaus.attach_to_workers(workers=[worker.address], key=worker.key)
+        assert hosts.sizes == {"hosts": 1}
+        hosts.initialized.get(timeout=60)
+        procs = hosts.spawn_procs(per_host={"gpus": 2})
+        pids = list(procs.spawn("w", Where).pid.call().get(timeout=60).values())
+        assert set(pids) <= set(worker.group())
+        hosts.stop().get(timeout=60)
+        wait_until(lambda p=pids: not any(map(alive, p)), 30, "the procs to end with the stop")
+        seen.append(pids)
+    assert worker.process.poll() is None, "stop() leaves the worker waiting for another controller"
+    assert set(seen[0]).isdisjoint(seen[1])
+
+
+def test_a_worker_is_attached_once(workers, controller):
+    worker = workers()
+    controller()
+    hosts = danaus.attach_to_workers(workers=[worker.address], key=worker.key)
+    again = danaus.attach_to_workers(workers=[worker.address], key=worker.key)
+    with pytest.raises(SupervisionError, match="this controller is already"):
+        again.initialized.get(timeout=60)
+    hosts.initialized.get(timeout=60)
+    hosts.stop().get(timeout=60)
+    danaus.attach_to_workers(workers=[worker.address], key=worker.key).initialized.get(timeout=60)
+
+
+def test_shutdown_ends_the_worker(workers, controller):
+    worker = workers()
+    controller()
+    hosts = danaus.attach_to_workers(workers=[worker.address], key=worker.key)
+    hosts.spawn_procs().initialized.get(timeout=60)
+    hosts.shutdown().get(timeout=60)
+    assert worker.process.wait(30) == 0
+    with pytest.raises(NotImplementedError, match="owner"):
+        hosts.slice(hosts=0).shutdown()
+
+
+def test_several_workers_make_one_mesh_with_dimension_hosts(workers, controller):
+    controller()
+    key = danaus.make_job_key()
+    one, two = workers(key), workers(key)
+    hosts = danaus.attach_to_workers(workers=[one.address, two.address], key=key)
+    ranks = hosts.spawn_procs(per_host={"gpus": 2}).spawn("w", RankOf).rank.call().get(timeout=60)
+    assert list(ranks.values()) == [
+        {"hosts": 0, "gpus": 0},
+        {"hosts": 0, "gpus": 1},
+        {"hosts": 1, "gpus": 0},
+        {"hosts": 1, "gpus": 1},
+    ]
+
+
+class RankOf(Actor):
+    @endpoint
+    def rank(self) -> dict[str, int]:
+        return dict(current_rank())
+
+
+def test_a_controller_with_another_key_is_refused_and_the_refusal_logged(workers, controller):
+    worker = workers()
+    controller()
+    hosts = danaus.attach_to_workers(workers=[worker.address], key=danaus.make_job_key())
+    with pytest.raises(SupervisionError, match="refused this controller's key"):
+        hosts.initialized.get(timeout=60)
+    worker.wait_for_output("its key is not the job's", 30)
+    good = danaus.attach_to_workers(workers=[worker.address], key=worker.key)
+    good.initialized.get(timeout=60)
+
+
+def test_a_listener_without_the_key_is_not_taken_for_a_worker(controller):
+    """The controller trusts only a worker that proves it holds the job's key."""
+    impostor = zmq.Context.instance().socket(zmq.ROUTER)
+    public, secret = zmq.curve_keypair()
+    impostor.curve_server, impostor.curve_secretkey, impostor.curve_publickey = True, secret, public
+    port = impostor.bind_to_random_port("tcp://127.0.0.1")
+    controller()
+    try:
+        hosts = danaus.attach_to_workers(
+            workers=[f"127.0.0.1:{port}"], key=danaus.make_job_key(), timeout=10
+        )
+        with pytest.raises(SupervisionError, match="could not be attached"):
+            hosts.initialized.get(timeout=60)
+        assert impostor.poll(100) == 0, "nothing reached the impostor"
+    finally:
+        impostor.close(0)
+
+
+def test_garbage_from_a_stranger_is_refused_and_logged(workers, controller):
+    worker = workers()
+    host, port = worker.address.removeprefix("tcp://").rsplit(":", 1)
+    with socket.create_connection((host, int(port))) as raw:
+        raw.sendall(os.urandom(4096))
+        raw.settimeout(30)
+        try:
+            while raw.recv(4096):
+                pass  # the worker's greeting, then it hangs up
+        except ConnectionError:
+            pass
+    worker.wait_for_output("refused a connection from", 30)
+    controller()
+    danaus.attach_to_workers(workers=[worker.address], key=worker.key).initialized.get(timeout=60)
+
+
+def test_a_stranger_who_knows_the_workers_public_key_is_refused(workers, controller):
+    """It completes CURVE's cryptography, but its own key is not the job's: nothing gets in."""
+    worker = workers()
+    stranger = zmq.Context.instance().socket(zmq.DEALER)
+    public, secret = zmq.curve_keypair()
+    stranger.curve_serverkey = zmq.curve_public(worker.key.encode())
+    stranger.curve_publickey, stranger.curve_secretkey = public, secret
+    stranger.connect(worker.address)
+    stranger.send(b"\x93\xa6attach", zmq.NOBLOCK)
+    try:
+        worker.wait_for_output("not a member of this job", 30)
+        assert stranger.poll(0) == 0
+    finally:
+        stranger.close(0)
+    controller()
+    danaus.attach_to_workers(workers=[worker.address], key=worker.key).initialized.get(timeout=60)
+
+
+def test_a_busy_worker_refuses_a_second_controller_until_the_first_is_done(workers, tmp_path):
+    worker = workers()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD.format(address=worker.address)],
+        cwd=ROOT,
+        env={**os.environ, "DANAUS_JOB_KEY": worker.key, "DANAUS_TRANSPORT": "tcp"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "attached"
+        result = run_script(
+            SECOND.format(address=worker.address), tmp_path, DANAUS_JOB_KEY=worker.key
+        )
+        assert "busy" in result.stdout, result.stdout + result.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+HOLD = """
+import time, danaus
+hosts = danaus.attach_to_workers(workers=["{address}"])
+hosts.initialized.get(timeout=60)
+print("attached", flush=True)
+time.sleep(600)
+"""
+
+SECOND = """
+import danaus
+try:
+    danaus.attach_to_workers(workers=["{address}"], timeout=2).initialized.get(timeout=60)
+except danaus.SupervisionError as exc:
+    print(exc)
+"""
+
+
+def test_a_vanished_controller_leaves_nothing_behind_and_the_worker_waits(workers, tmp_path):
+    worker = workers()
+    script = tmp_path / "vanish.py"
+    script.write_text(VANISH.format(address=worker.address, root=ROOT))
+    vanishing = subprocess.Popen(
+        [sys.executable, str(script)],
+        cwd=ROOT,
+        env={**os.environ, "DANAUS_JOB_KEY": worker.key, "DANAUS_TRANSPORT": "tcp"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert vanishing.stdout is not None
+    pids = [int(pid) for pid in vanishing.stdout.readline().split()]
+    assert pids and set(pids) <= set(worker.group())
+    vanishing.send_signal(signal.SIGKILL)
+    vanishing.wait()
+    wait_until(lambda: not any(map(alive, pids)), 30, "the vanished controller's procs to end")
+    worker.wait_for_output("ended", 30)
+    result = run_script(
+        AGAIN.format(address=worker.address, root=ROOT), tmp_path, DANAUS_JOB_KEY=worker.key
+    )
+    assert result.stdout.split() == ["2"], result.stderr
+
+
+VANISH = """
+import sys
+sys.path.insert(0, "{root}")
+import danaus
+from tests.multihost.test_workers import Where
+danaus.configure(transport="tcp", heartbeat_interval=0.3, heartbeat_timeout=3.0)
+hosts = danaus.attach_to_workers(workers=["{address}"])
+pids = hosts.spawn_procs(per_host={{"gpus": 2}}).spawn("w", Where).pid.call().get(timeout=60)
+print(*pids.values(), flush=True)
+import time
+time.sleep(600)
+"""
+
+AGAIN = """
+import sys
+sys.path.insert(0, "{root}")
+import danaus
+from tests.multihost.test_workers import Where
+hosts = danaus.attach_to_workers(workers=["{address}"], timeout=30)
+print(len(hosts.spawn_procs(per_host={{"gpus": 2}}).spawn("w", Where).pid.call().get(timeout=60)))
+"""
+
+
+def test_once_exits_when_its_controller_is_done(workers, controller):
+    worker = workers(None, "--once")
+    controller()
+    hosts = danaus.attach_to_workers(workers=[worker.address], key=worker.key)
+    hosts.spawn_procs(per_host={"gpus": 2}).initialized.get(timeout=60)
+    tree = worker.group()
+    hosts.stop().get(timeout=60)
+    assert worker.process.wait(30) == 0
+    wait_until(lambda: not any(map(alive, tree)), 30, "the worker's processes to end")
+
+
+def test_output_of_procs_on_another_host_names_the_host(workers, tmp_path):
+    worker = workers(None, "--name", "far")
+    result = run_script(
+        SHOUT.format(address=worker.address, root=ROOT), tmp_path, DANAUS_JOB_KEY=worker.key
+    )
+    assert result.returncode == 0, result.stderr
+    assert "[far shouters hosts=0 gpus=1] hello from afar" in result.stdout
+    assert "[far shouters hosts=0 gpus=0] hello from afar" in result.stdout
+
+
+SHOUT = """
+import sys
+sys.path.insert(0, "{root}")
+import danaus
+from tests.multihost.test_workers import Where
+hosts = danaus.attach_to_workers(workers=["{address}"])
+shouters = hosts.spawn_procs(per_host={{"gpus": 2}}).spawn("shouters", Where)
+shouters.shout.call("hello from afar").get(timeout=60)
+"""
+
+
+def test_workers_refuse_every_interface_and_keys_others_can_read(tmp_path):
+    def worker(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("DANAUS_JOB_KEY")}
+        return subprocess.run(
+            [sys.executable, "-m", "danaus.cli", "worker", *args],
+            cwd=ROOT,
+            env={**clean, **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    key = danaus.make_job_key()
+    wildcard = worker("--listen", "0.0.0.0:0", DANAUS_JOB_KEY=key)
+    assert wildcard.returncode != 0 and "every interface" in wildcard.stderr
+    assert "no job key" in worker("--listen", "127.0.0.1:0").stderr
+    key_file = tmp_path / "job.key"
+    danaus.make_job_key(key_file)
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    key_file.chmod(0o640)
+    readable = worker("--listen", "127.0.0.1:0", "--key-file", str(key_file))
+    assert "chmod 600" in readable.stderr
+    assert "not 3 characters" in worker("--listen", "127.0.0.1:0", DANAUS_JOB_KEY="abc").stderr
+
+
+def test_a_loopback_controller_refuses_workers_it_cannot_be_reached_from(controller):
+    controller()
+    with pytest.raises(ValueError, match="bind_host"):
+        danaus.attach_to_workers(workers=["192.0.2.7:26600"], key=danaus.make_job_key())
+
+
+def test_attach_checks_its_arguments(controller):
+    controller()
+    key = danaus.make_job_key()
+    with pytest.raises(TypeError, match="list of addresses"):
+        danaus.attach_to_workers(workers="127.0.0.1:1", key=key)
+    with pytest.raises(ValueError, match="at least one"):
+        danaus.attach_to_workers(workers=[], key=key)
+    with pytest.raises(ValueError, match="named twice"):
+        danaus.attach_to_workers(workers=["127.0.0.1:1", "127.0.0.1:1"], key=key)
+    with pytest.raises(ValueError, match="bad port"):
+        danaus.attach_to_workers(workers=["127.0.0.1:http"], key=key)
+    with pytest.raises(ValueError, match="key"):
+        danaus.attach_to_workers(workers=["127.0.0.1:1"], key="short")
+
+
+def test_an_unreachable_worker_is_a_lost_host_with_the_reason(controller):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    controller()
+    failures, failed = danaus.Channel.open()
+    danaus.unhandled_fault_hook = failures.send
+    hosts = danaus.attach_to_workers(
+        workers=[f"127.0.0.1:{port}"], key=danaus.make_job_key(), timeout=1
+    )
+    procs = hosts.spawn_procs(per_host={"gpus": 2})
+    actors = procs.spawn("w", Where)
+    with pytest.raises(SupervisionError, match="no answer from the worker"):
+        actors.pid.call().get(timeout=60)
+    with pytest.raises(SupervisionError):
+        procs.initialized.get(timeout=60)
+    reports = [failed.recv().get(timeout=60) for _ in range(2)]
+    assert sorted(r.rank["gpus"] for r in reports) == [0, 1]
+    for report in reports:
+        assert report.host == f"tcp://127.0.0.1:{port}"
+        assert "was lost with its host" in report.cause
+
+
+def test_the_key_can_come_from_a_file(workers, controller, tmp_path, monkeypatch):
+    key_file = tmp_path / "job.key"
+    danaus.make_job_key(key_file)
+    worker = workers(None, "--key-file", str(key_file), env={"DANAUS_JOB_KEY": ""})
+    controller()
+    monkeypatch.setenv("DANAUS_JOB_KEY_FILE", str(key_file))
+    danaus.attach_to_workers(workers=[worker.address]).initialized.get(timeout=60)
