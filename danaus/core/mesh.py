@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from danaus.core.actor import Actor, EndpointSpec, endpoints_of
 from danaus.core.context import context
-from danaus.core.endpoint import Endpoint
+from danaus.core.endpoint import Endpoint, NotAnEndpoint
 from danaus.core.errors import SupervisionError
 from danaus.core.future import Future
-from danaus.core.instance import SpawnOrder
+from danaus.core.instance import InstanceKind, SpawnOrder
+from danaus.core.logs import LoggingOptions
 from danaus.core.names import NumberedNames
 from danaus.core.owned import STOP_TIMEOUT, OwnedMesh
 from danaus.core.serialize import dumps
@@ -93,19 +95,26 @@ class _Mesh(MeshTrait):
 
 
 class HostMesh(_Mesh):
-    """Hosts, each with an agent that starts procs on it."""
+    """Hosts, each with an agent that starts procs on it.
+
+    The host meshes that `this_host` and `hosts` give the controller's code are
+    its own: it can `shutdown` them. Slices of them, and host meshes received in
+    messages or got inside actors, are references.
+    """
 
     _kind = "host mesh"
     _mesh_id = "hosts"
 
-    def __init__(self, agents: Sequence[str], shape: Shape) -> None:
+    def __init__(self, agents: Sequence[str], shape: Shape, *, own: bool = False) -> None:
         self._procs = agents
         self._shape = shape
         self._owned = None
+        self._own_hosts = own
+        self._shut_down = False
 
     @classmethod
-    def single(cls, agent: str) -> HostMesh:
-        return cls((agent,), Shape.unity())
+    def single(cls, agent: str, *, own: bool = False) -> HostMesh:
+        return cls((agent,), Shape.unity(), own=own)
 
     def _with_shape(self, shape: Shape) -> HostMesh:
         return HostMesh(self._procs, shape)
@@ -128,6 +137,7 @@ class HostMesh(_Mesh):
         """
         if bootstrap is not None:
             raise NotImplementedError("custom bootstrap is not supported")
+        self._check_not_shut_down()
         extent = Extent.from_dict({} if per_host is None else per_host)
         overlap = set(extent.labels) & set(self._shape.labels)
         if overlap:
@@ -165,6 +175,37 @@ class HostMesh(_Mesh):
                 await owned.stop(timeout)
 
         return owner._runtime.submit(stop_all())
+
+    def shutdown(self, timeout: float = STOP_TIMEOUT) -> Future[None]:
+        """Stop every proc mesh the caller spawned on these hosts, and end this host mesh.
+
+        Afterwards `spawn_procs` and `shutdown` on it raise `RuntimeError`
+        (``async with`` a host mesh shuts it down on exit). Only the controller's
+        own host meshes can be shut down; a slice or a reference raises
+        `RuntimeError`. The controller's host itself stays up: `this_host` gives
+        a new, usable host mesh of it.
+        """
+        if not self._own_hosts:
+            raise RuntimeError(
+                "cannot shut down a HostMesh that is a reference instead of owned (a slice, "
+                "one received in a message, or one got inside an actor)"
+            )
+        self._check_not_shut_down()
+        self._shut_down = True
+        return self.stop(timeout)
+
+    def _check_not_shut_down(self) -> None:
+        if self._shut_down:
+            raise RuntimeError("HostMesh has already been shut down")
+
+    async def __aenter__(self) -> HostMesh:
+        self._check_not_shut_down()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._shut_down:
+            return
+        await (self.shutdown() if self._own_hosts else self.stop())
 
     def __repr__(self) -> str:
         return f"<HostMesh {self.sizes}>"
@@ -210,6 +251,35 @@ class ProcMesh(_Mesh):
             return self._owned.initialized
         return _proc_agents(self).ping._fold((), {}, None, _ignore)
 
+    def logging_option(
+        self,
+        stream_to_client: bool = False,
+        aggregate_window_sec: float | None = None,
+        level: int = logging.INFO,
+    ) -> Future[None]:
+        """How the output of these procs reaches the controller's terminal, and their log level.
+
+        ``level`` becomes the level of each proc's root Python logger. With
+        ``aggregate_window_sec``, identical lines that procs of this mesh print
+        within that many seconds are shown once, with how many there were (it
+        needs ``stream_to_client=True``). A proc's output always reaches the
+        controller's terminal, so ``stream_to_client`` alone changes nothing.
+        The future (await it, or ``get()`` it) settles once every proc applies
+        the options. On the simulator, procs share the controller's process and
+        its terminal: the options are checked and nothing else changes.
+        """
+        options = LoggingOptions.checked(stream_to_client, aggregate_window_sec, level)
+        owner = _caller()
+        members = self._members()
+        procs = [members[rank] for rank in self._shape.ranks()]
+
+        async def apply() -> None:
+            await self.initialized
+            await _proc_agents(self).set_log_level.call(options.level)
+            await self._host_mesh._agents().logging_option.call(procs, options)
+
+        return owner._runtime.submit(apply())
+
     def host_of(self, base: int) -> HostMesh:
         """The host of the member at position ``base`` of the proc list, as a mesh of one.
 
@@ -240,7 +310,7 @@ class ProcMesh(_Mesh):
         if restart is not None and not isinstance(restart, RestartPolicy):
             raise TypeError(f"restart must be a danaus.RestartPolicy, not {restart!r}")
         endpoints = endpoints_of(cls)
-        clashes = sorted(set(endpoints) & _RESERVED)
+        clashes = sorted({n for n, spec in endpoints.items() if not spec.plain} & _RESERVED)
         if clashes:
             raise ValueError(
                 f"{cls.__qualname__} endpoints {clashes} clash with ActorMesh attributes"
@@ -323,13 +393,13 @@ class ActorMesh(_Mesh, Generic[T]):
             self._owned,
         )
 
-    def __getattr__(self, name: str) -> Endpoint[Any]:
+    def __getattr__(self, name: str) -> Endpoint[Any] | NotAnEndpoint:
         if name.startswith("_"):
             raise AttributeError(name)
         spec = self._endpoints.get(name)
         if spec is None:
             raise AttributeError(f"actor mesh {self._name!r} has no endpoint {name!r}")
-        return Endpoint(self, spec)
+        return NotAnEndpoint(self, spec) if spec.plain else Endpoint(self, spec)
 
     @property
     def name(self) -> str:
@@ -389,7 +459,8 @@ _RESERVED = frozenset(name for name in dir(ActorMesh) if not name.startswith("_"
 
 def this_host() -> HostMesh:
     """The host the calling code runs on, as a host mesh of one."""
-    return context().actor_instance.host_mesh
+    instance = context().actor_instance
+    return HostMesh.single(instance._runtime.host_agent, own=instance.kind is InstanceKind.CLIENT)
 
 
 def this_proc() -> ProcMesh:
@@ -402,4 +473,5 @@ def hosts() -> HostMesh:
     from danaus.core.config import current_world
 
     agents = current_world().hosts()
-    return HostMesh(agents, Shape.from_extent(Extent(["hosts"], [len(agents)])))
+    own = context().actor_instance.kind is InstanceKind.CLIENT
+    return HostMesh(agents, Shape.from_extent(Extent(["hosts"], [len(agents)])), own=own)

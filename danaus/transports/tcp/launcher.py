@@ -17,12 +17,14 @@ import resource
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, TypeVar
 
 import msgspec
 
+from danaus.core.logs import LoggingOptions, OutputAggregator
 from danaus.core.transport import Launcher, ProcLoss, ProcSpec
 from danaus.transports.tcp import control
 from danaus.transports.tcp.bootstrap import Bootstrap
@@ -47,10 +49,10 @@ class _Child:
     partial: dict[int, bytes] = field(default_factory=dict)
     exited: Settle | None = None
 
-    def outputs(self) -> tuple[tuple[IO[bytes], IO[str]], ...]:
-        """The worker's stdout and stderr pipes, each with the stream it is copied to."""
+    def outputs(self) -> tuple[tuple[IO[bytes], str], ...]:
+        """The worker's stdout and stderr pipes, each with the name of the stream it goes to."""
         assert self.popen.stdout is not None and self.popen.stderr is not None
-        return (self.popen.stdout, sys.stdout), (self.popen.stderr, sys.stderr)
+        return (self.popen.stdout, "stdout"), (self.popen.stderr, "stderr")
 
 
 class LocalLauncher(Launcher):
@@ -59,6 +61,16 @@ class LocalLauncher(Launcher):
     def __init__(self, world: TcpWorld) -> None:
         self.world = world
         self._children: dict[str, _Child] = {}
+        self._output = {
+            stream: OutputAggregator(
+                functools.partial(_write, stream), time.monotonic, world.io.call_later
+            )
+            for stream in ("stdout", "stderr")
+        }
+
+    def set_output(self, procs: Sequence[str], options: LoggingOptions) -> None:
+        for aggregator in self._output.values():
+            self.world.io.call_soon(aggregator.set_options, list(procs), options)
 
     async def launch(self, specs: Sequence[ProcSpec]) -> None:
         _check_process_limit(len(specs))
@@ -131,9 +143,9 @@ class LocalLauncher(Launcher):
         self._children[spec.proc_id] = child
         world.directory.expect(spec.proc_id, lambda: started(None))
         world.io.add_reader(child.pidfd, lambda: self._exited(child))
-        for pipe, sink in child.outputs():
+        for pipe, stream in child.outputs():
             os.set_blocking(pipe.fileno(), False)
-            world.io.add_reader(pipe.fileno(), functools.partial(_drain, child, pipe, sink))
+            world.io.add_reader(pipe.fileno(), functools.partial(self._drain, child, pipe, stream))
 
     def _ask_exit(self, proc: str, exited: Settle) -> None:
         child = self._children.get(proc)
@@ -164,10 +176,12 @@ class LocalLauncher(Launcher):
         os.close(child.pidfd)
         self._children.pop(child.spec.proc_id, None)
         code = child.popen.wait()
-        for pipe, sink in child.outputs():
-            _drain(child, pipe, sink)
+        for pipe, stream in child.outputs():
+            self._drain(child, pipe, stream)
             io.remove_reader(pipe.fileno())
             pipe.close()
+        for aggregator in self._output.values():
+            aggregator.forget(child.spec.proc_id)
         loss = ProcLoss(
             child.spec.proc_id,
             "exited" if code >= 0 else "was killed",
@@ -182,33 +196,37 @@ class LocalLauncher(Launcher):
         if child.exited is not None:
             child.exited(None)
 
-
-def _drain(child: _Child, pipe: IO[bytes], sink: IO[str]) -> None:
-    """Copy complete lines from a worker's pipe to the controller's stream."""
-    fd = pipe.fileno()
-    while True:
-        try:
-            chunk = os.read(fd, 65536)
-        except (BlockingIOError, OSError):
-            return
-        if not chunk:
-            rest = child.partial.pop(fd, b"")
+    def _drain(self, child: _Child, pipe: IO[bytes], stream: str) -> None:
+        """Copy complete lines from a worker's pipe to the controller's stream."""
+        fd = pipe.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except (BlockingIOError, OSError):
+                return
+            if not chunk:
+                rest = child.partial.pop(fd, b"")
+                if rest:
+                    self._emit(child, stream, rest + b"\n")
+                return
+            data = child.partial.pop(fd, b"") + chunk
+            complete, _, rest = data.rpartition(b"\n")
             if rest:
-                _emit(child, sink, rest + b"\n")
-            return
-        data = child.partial.pop(fd, b"") + chunk
-        complete, _, rest = data.rpartition(b"\n")
-        if rest:
-            child.partial[fd] = rest
-        if complete:
-            _emit(child, sink, complete + b"\n")
+                child.partial[fd] = rest
+            if complete:
+                self._emit(child, stream, complete + b"\n")
+
+    def _emit(self, child: _Child, stream: str, data: bytes) -> None:
+        text = data.decode(errors="replace")
+        if stream == "stderr":
+            child.stderr_tail.extend(text.splitlines(keepends=True))
+            del child.stderr_tail[:-STDERR_TAIL]
+        self._output[stream].write(child.spec.proc_id, text)
 
 
-def _emit(child: _Child, sink: IO[str], data: bytes) -> None:
-    text = data.decode(errors="replace")
-    if sink is sys.stderr:
-        child.stderr_tail.extend(text.splitlines(keepends=True))
-        del child.stderr_tail[:-STDERR_TAIL]
+def _write(stream: str, text: str) -> None:
+    """Write to the controller's ``sys.stdout`` or ``sys.stderr`` as it is now."""
+    sink = getattr(sys, stream)
     sink.write(text)
     sink.flush()
 
