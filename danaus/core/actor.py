@@ -167,9 +167,9 @@ def concurrent_endpoint(
 ) -> F | Callable[[F], F]:
     """Mark an ``async def`` actor method as an endpoint whose body runs as a task of its own.
 
-    The actor goes on to its next message as soon as the body has started, so
-    several calls may run at once on the actor's event loop. Calls from one
-    sender start in the order sent; nothing more is promised about their order.
+    The actor goes on to its next message as soon as the body has started (run
+    to its first ``await``), so several calls may run at once on the actor's
+    event loop; each body starts before the actor takes its next message.
     An exception in the body answers the caller with `ActorError`, as for
     `endpoint`; with ``explicit_response_port=True``, or when nobody waits for an
     answer (``broadcast``), it fails the actor instead. When the actor stops or

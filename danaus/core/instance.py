@@ -600,6 +600,7 @@ class Instance:
             body = partial(getattr(self._obj, call.method), *args, **kwargs)
             if spec.concurrent:
                 self._start_concurrent(call, body, explicit)
+                await asyncio.sleep(0)  # the body starts before the next message is taken
                 return
             self._in_async_call = spec.is_async
             result = await self._invoke(body, spec.is_async)
