@@ -13,8 +13,8 @@ def envs(actors) -> list[dict[str, str]]:
 
 
 def picked(env: dict[str, str]) -> tuple[int, ...]:
-    keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE")
-    return tuple(int(env[k]) for k in keys)
+    keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")
+    return tuple(int(env[k]) for k in (*keys, "GROUP_WORLD_SIZE"))
 
 
 def test_one_host(run):

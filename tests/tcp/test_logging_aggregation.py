@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.tcp.conftest import run_script
 
 SCRIPT = """
@@ -27,6 +29,7 @@ print("DONE", flush=True)
 """
 
 
+@pytest.mark.timeout(600)
 def test_identical_lines_of_64_procs_show_once_with_their_count(tmp_path):
     result = run_script("AGGREGATE = True\n" + SCRIPT, tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr
@@ -40,6 +43,7 @@ def test_identical_lines_of_64_procs_show_once_with_their_count(tmp_path):
     assert lines[-1] == "DONE"
 
 
+@pytest.mark.timeout(600)
 def test_without_aggregation_every_line_shows(tmp_path):
     result = run_script("AGGREGATE = False\n" + SCRIPT, tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
+import pytest
+
 from danaus import Actor, endpoint, this_host
 from danaus.spmd import setup_torch_elastic_env
 
@@ -30,6 +32,7 @@ class Reducer(Actor):
             dist.destroy_process_group()
 
 
+@pytest.mark.timeout(300)
 def test_gloo_all_reduce_over_four_procs(tcp):
     tcp()
     procs = this_host().spawn_procs({"gpus": 4})
