@@ -222,13 +222,13 @@ class Actor:
 
         It runs at the actor's next safe point (as ``__supervise__`` does) and
         may be ``async``. The default returns False: the actor fails, and its
-        owner is told. A message is undeliverable when its destination is gone
-        before it arrives: a message that expects no answer (``broadcast``,
-        `send` without a port) sent to an actor that has stopped or failed, or
-        to a proc known to be lost; or a value sent through a `Port` whose
-        ``return_undeliverable`` is True (the default) to a proc known to be lost
-        or to a port that was never opened. Values sent to a port its receiver
-        has closed are dropped.
+        owner is told. A message is undeliverable when its proc finds no
+        destination for it: a message that expects no answer (``broadcast``,
+        `send` without a port) sent to an actor that has stopped or failed; or a
+        value sent through a `Port` whose ``return_undeliverable`` is True (the
+        default) to a port that was never opened there. Values sent to a port
+        its receiver has closed are dropped, and so are messages to a proc that
+        is lost (its loss is reported to the owners of its actors).
         """
         return False
 

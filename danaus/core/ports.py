@@ -226,11 +226,12 @@ class Port(Generic[R]):
 
     @property
     def return_undeliverable(self) -> bool:
-        """Whether a value that cannot be delivered comes back to the sender (default True).
+        """Whether a value sent to a port that was never opened comes back (default True).
 
         It then goes to the sending actor's ``_handle_undeliverable_message``
         (see `Actor`), whose default fails the actor. Set it to False to drop such
-        values instead. The setting travels with the port.
+        values instead. The setting travels with the port. Values for a port its
+        receiver has closed, or on a proc that is lost, are dropped either way.
         """
         return self._return_undeliverable
 

@@ -145,12 +145,6 @@ class Runtime:
         size = nbytes(payload)
         tracing = self.trace.enabled
         for proc, point in targets:
-            if reply is None and proc in self._lost:
-                why = f"its proc is gone: {self._lost[proc].describe()}"
-                sender.undeliverable(
-                    UndeliverableMessageEnvelope(sender.actor_id, f"{proc}/{actor}.{method}", why)
-                )
-                continue
             envelope = Call(actor, method, reply, point, labels, sizes, sender.actor_id, seq, plain)
             if tracing:
                 self.trace.record(
@@ -182,12 +176,6 @@ class Runtime:
         ``returnable``: user code sent it through a `Port` that wants it back if
         it cannot be delivered (the runtime's own answers never come back).
         """
-        if returnable and port.proc in self._lost:
-            why = f"its proc is gone: {self._lost[port.proc].describe()}"
-            sender.undeliverable(
-                UndeliverableMessageEnvelope(sender.actor_id, f"{port.proc}:{port.port}", why)
-            )
-            return
         seq = sender.next_seq()
         if self.trace.enabled:
             self.trace.record(
@@ -384,7 +372,7 @@ class Runtime:
             handler.deliver(reply.rank, payload, reply.error)
         elif reply.returnable and reply.port > self._last_id:
             dest = f"{self.proc_id}:{reply.port}"
-            self.send_back(src, reply.sender, reply.seq, dest, "no such port was ever opened")
+            self.send_back(src, reply.sender, reply.seq, dest, "no such port was ever opened there")
 
     def _route_returned(self, returned: Returned, payload: list[Buffer]) -> None:
         try:

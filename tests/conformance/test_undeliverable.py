@@ -15,6 +15,7 @@ from danaus import (
     this_host,
 )
 from danaus.chaos import crash
+from danaus.core.wire import PortRef
 
 
 class Target(Actor):
@@ -34,7 +35,7 @@ class Sender(Actor):
         self.notes = notes
 
     @endpoint
-    def cast(self, target: Target, value: int) -> None:
+    def cast(self, target: Target | Keeper, value: int) -> None:
         target.take.broadcast(value)
 
     @endpoint
@@ -73,6 +74,10 @@ class Keeper(Actor):
     @endpoint
     def ping(self) -> str:
         return "pong"
+
+    @endpoint
+    def take(self, value: int) -> None:
+        return None
 
 
 def record_root_failures():
@@ -131,7 +136,32 @@ def test_the_controllers_undeliverable_message_goes_to_the_fault_hook(run):
 
 
 @pytest.mark.parametrize("returnable", [True, False])
-def test_a_port_on_a_lost_proc(run, returnable):
+def test_a_value_for_a_port_never_opened(run, returnable):
+    def main():
+        failures = record_root_failures()
+        notes, returned = Channel.open()
+        keeper = this_host().spawn_procs().spawn("keeper", Keeper)
+        sender = this_host().spawn_procs().spawn("sender", Sender, notes)
+        real = keeper.port_of.call_one().get()
+        never_opened = Port(PortRef(real._ref.proc, real._ref.port + 1000))
+        sender.send_to.call_one(never_opened, 7, returnable).get()
+        if not returnable:
+            with pytest.raises(TimeoutError):
+                returned.recv().get(timeout=1.0)
+            with pytest.raises(TimeoutError):
+                failures.recv().get(timeout=0.1)
+            return None
+        return returned.recv().get()
+
+    result = run(main)
+    if returnable:
+        sent_by, dest, why = result
+        assert "sender" in sent_by and "ever opened" in why and dest.startswith("root")
+    else:
+        assert result is None
+
+
+def test_messages_to_a_lost_proc_are_dropped_and_the_loss_reported_once(run):
     def main():
         failures = record_root_failures()
         notes, returned = Channel.open()
@@ -141,21 +171,17 @@ def test_a_port_on_a_lost_proc(run, returnable):
         port = keeper.port_of.call_one().get()
         assert sender.ping.call_one(keeper).get() == "pong"  # the sender watches that proc now
         crash(keeper_procs)
-        failures.recv().get()  # the keeper's loss reached its owner
+        lost = failures.recv().get()  # the keeper's loss reached its owner
         assert sender.ping.call_one(keeper).get() == "lost"
-        sender.send_to.call_one(port, 7, returnable).get()
-        if not returnable:
-            with pytest.raises(TimeoutError):
-                returned.recv().get(timeout=1.0)
-            return None
-        return returned.recv().get()
+        sender.send_to.call_one(port, 7, True).get()
+        sender.cast.call_one(keeper, 1).get()
+        with pytest.raises(TimeoutError):
+            returned.recv().get(timeout=1.0)
+        with pytest.raises(TimeoutError):
+            failures.recv().get(timeout=0.1)
+        return lost.mesh_name, sender.alive.call_one().get()
 
-    result = run(main)
-    if returnable:
-        sent_by, dest, why = result
-        assert "sender" in sent_by and "gone" in why and dest.startswith("root")
-    else:
-        assert result is None
+    assert run(main) == ("keeper", True)
 
 
 def test_a_value_for_a_closed_port_is_dropped(run):
