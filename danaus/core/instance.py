@@ -739,6 +739,7 @@ class Instance:
             cause=cause,
             traceback=tb,
             chained=chained,
+            actor_class=self.class_name,
         )
 
     def _abort(self, cause: str) -> None:
