@@ -765,12 +765,13 @@ class Instance:
         self._runtime.trace.record(
             ev.Fail(proc=self._runtime.proc_id, actor=self.actor_id, cause=cause)
         )
+        # The owner hears first: a caller on its proc that gets the error knows it was told.
+        if self.owner is not None:
+            self._runtime.send_failure(self, self.owner, self._failure)
         if self._in_async_call and asyncio.current_task() is not self._task:
             self._end_running_call(self._failure_error())
         self._drain(self._failure_error())
         self._runtime.on_loop(self._runtime.retire, self, self._failure_error())
-        if self.owner is not None:
-            self._runtime.send_failure(self, self.owner, self._failure)
         self.loop.create_task(self._end_failed(exc, constructed))
 
     def _end_running_call(self, reason: BaseException) -> None:
