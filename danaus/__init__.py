@@ -1,7 +1,7 @@
 """Danaus: single-controller distributed programs on meshes of actors.
 
 Everything users need is importable from here (and from ``danaus.sim``,
-``danaus.rdma`` and ``danaus.chaos``); the modules under ``danaus.core`` are
+``danaus.rdma``, ``danaus.chaos`` and ``danaus.spmd``); the modules under ``danaus.core`` are
 the implementation. Importing this package makes no world and configures
 nothing, with one exception: under ``DANAUS_TRANSPORT=sim`` it routes
 ``asyncio.run`` to the simulator, since asyncio offers no later hook for that.
@@ -14,12 +14,13 @@ import sys as _sys
 import types as _types
 
 from danaus.core import config as _config
-from danaus.core.actor import Actor, endpoint
+from danaus.core.actor import Actor, concurrent_endpoint, endpoint
 from danaus.core.attach import attach_to_workers
 from danaus.core.bootstrap import BootstrapCommand
 from danaus.core.config import configure, shutdown
-from danaus.core.context import Context, context, current_rank, current_size
-from danaus.core.endpoint import Accumulator, Endpoint, send
+from danaus.core.context import Context, context, current_actor_name, current_rank, current_size
+from danaus.core.controllers import get_or_spawn_controller
+from danaus.core.endpoint import Accumulator, Endpoint, as_endpoint, send
 from danaus.core.errors import (
     ActorError,
     MeshStoppedError,
@@ -33,6 +34,7 @@ from danaus.core.mesh import ActorMesh, HostMesh, ProcMesh, hosts, this_host, th
 from danaus.core.ports import Channel, Port, PortReceiver
 from danaus.core.shape import Extent, Point, Shape
 from danaus.core.supervision import MeshFailure, RestartPolicy
+from danaus.core.undeliverable import UndeliverableMessageEnvelope
 from danaus.core.value_mesh import ValueMesh
 
 __all__ = [
@@ -59,14 +61,19 @@ __all__ = [
     "SerializationError",
     "Shape",
     "SupervisionError",
+    "UndeliverableMessageEnvelope",
     "ValueMesh",
+    "as_endpoint",
     "attach_to_workers",
+    "concurrent_endpoint",
     "configure",
     "context",
+    "current_actor_name",
     "current_rank",
     "current_size",
     "default_bootstrap_cmd",
     "endpoint",
+    "get_or_spawn_controller",
     "hosts",
     "make_job_key",
     "run_worker_loop_forever",
@@ -77,9 +84,9 @@ __all__ = [
     "unhandled_fault_hook",
 ]
 
-_SUBMODULES = ("sim", "rdma", "chaos")
 _FROM_WORKERS = ("run_worker_loop_forever", "default_bootstrap_cmd", "make_job_key")
 """Names of `danaus.workers`, imported on first use (it imports the tcp transport)."""
+_SUBMODULES = ("sim", "rdma", "chaos", "spmd")
 
 
 class _Danaus(_types.ModuleType):

@@ -7,7 +7,10 @@ import logging
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
+
+if TYPE_CHECKING:
+    from danaus.core.undeliverable import UndeliverableMessageEnvelope
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -17,6 +20,8 @@ _ENDPOINT_ATTR = "__danaus_endpoint__"
 @dataclass(frozen=True)
 class _EndpointOptions:
     explicit_response_port: bool = False
+    concurrent: bool = False
+    plain: bool = False
 
 
 _NO_DEFAULT = inspect.Parameter.empty
@@ -43,6 +48,10 @@ class EndpointSpec:
     params: tuple[tuple[str, int, bool], ...]
     is_async: bool
     explicit_response_port: bool
+    concurrent: bool = False
+    """The body runs as a task of its own (`concurrent_endpoint`)."""
+    plain: bool = False
+    """A method without `endpoint`: callable only through `as_endpoint`."""
     _signature: inspect.Signature | None = field(default=None, compare=False, repr=False)
 
     @classmethod
@@ -60,6 +69,8 @@ class EndpointSpec:
             params=tuple((p.name, int(p.kind), p.default is not _NO_DEFAULT) for p in params),
             is_async=inspect.iscoroutinefunction(fn),
             explicit_response_port=options.explicit_response_port,
+            concurrent=options.concurrent,
+            plain=options.plain,
         )
 
     def signature(self) -> inspect.Signature:
@@ -85,7 +96,15 @@ class EndpointSpec:
     def __reduce__(self) -> tuple[Any, ...]:
         return (
             EndpointSpec,
-            (self.owner, self.name, self.params, self.is_async, self.explicit_response_port),
+            (
+                self.owner,
+                self.name,
+                self.params,
+                self.is_async,
+                self.explicit_response_port,
+                self.concurrent,
+                self.plain,
+            ),
         )
 
 
@@ -125,6 +144,56 @@ def endpoint(
     return mark(method) if method is not None else mark
 
 
+@overload
+def concurrent_endpoint(method: F) -> F: ...
+
+
+@overload
+def concurrent_endpoint(
+    method: None = None,
+    *,
+    explicit_response_port: bool = False,
+    propagate: Any = None,
+    instrument: bool = True,
+) -> Callable[[F], F]: ...
+
+
+def concurrent_endpoint(
+    method: F | None = None,
+    *,
+    explicit_response_port: bool = False,
+    propagate: Any = None,
+    instrument: bool = True,
+) -> F | Callable[[F], F]:
+    """Mark an ``async def`` actor method as an endpoint whose body runs as a task of its own.
+
+    The actor goes on to its next message as soon as the body has started (run
+    to its first ``await``), so several calls may run at once on the actor's
+    event loop; each body starts before the actor takes its next message.
+    An exception in the body answers the caller with `ActorError`, as for
+    `endpoint`; with ``explicit_response_port=True``, or when nobody waits for an
+    answer (``broadcast``), it fails the actor instead. When the actor stops or
+    fails, the bodies still running are cancelled, and their callers answered,
+    before ``__cleanup__`` runs. The options are those of `endpoint`.
+    """
+    options = _EndpointOptions(explicit_response_port=explicit_response_port, concurrent=True)
+
+    def mark(fn: F) -> F:
+        if hasattr(fn, _ENDPOINT_ATTR):
+            raise ValueError(
+                "concurrent_endpoint does not wrap @endpoint; "
+                "pass endpoint options to @concurrent_endpoint instead"
+            )
+        if not inspect.iscoroutinefunction(fn):
+            raise ValueError(
+                f"concurrent_endpoint can only wrap async endpoints; {fn.__qualname__} is not async"
+            )
+        setattr(fn, _ENDPOINT_ATTR, options)
+        return fn
+
+    return mark(method) if method is not None else mark
+
+
 class Actor:
     """Base class of actors.
 
@@ -135,6 +204,8 @@ class Actor:
       spawned; return True when handled.
     * ``__cleanup__(self, exc)`` runs when the actor stops (``exc`` is None on a
       graceful stop).
+    * ``_handle_undeliverable_message(self, message)`` is told of a message this
+      actor sent that could not be delivered; see below.
     """
 
     @property
@@ -146,15 +217,35 @@ class Actor:
     async def __initialized__(self) -> None:
         """Answers once ``__init__`` has run: behind it in the mailbox (``mesh.initialized``)."""
 
+    def _handle_undeliverable_message(self, message: UndeliverableMessageEnvelope) -> bool:
+        """A message this actor sent could not be delivered: return True if that is handled.
+
+        It runs at the actor's next safe point (as ``__supervise__`` does) and
+        may be ``async``. The default returns False: the actor fails, and its
+        owner is told. A message is undeliverable when its proc finds no
+        destination for it: a message that expects no answer (``broadcast``,
+        `send` without a port) sent to an actor that has stopped or failed; or a
+        value sent through a `Port` whose ``return_undeliverable`` is True (the
+        default) to a port that was never opened there. Values sent to a port
+        its receiver has closed are dropped, and so are messages to a proc that
+        is lost (its loss is reported to the owners of its actors).
+        """
+        return False
+
 
 _tables: weakref.WeakKeyDictionary[type, dict[str, EndpointSpec]] = weakref.WeakKeyDictionary()
+
+
+_PLAIN = _EndpointOptions(plain=True)
 
 
 def endpoints_of(cls: type) -> dict[str, EndpointSpec]:
     """The endpoint table of an actor class (computed once per class).
 
-    Kept beside the class rather than on it, so that pickling a class by value
-    gives the same bytes before and after its first use.
+    It also lists the class's public plain methods (``plain`` specs), which
+    callers reach only through `as_endpoint`. Kept beside the class rather than
+    on it, so that pickling a class by value gives the same bytes before and
+    after its first use.
     """
     table = _tables.get(cls)
     if table is None:
@@ -162,6 +253,8 @@ def endpoints_of(cls: type) -> dict[str, EndpointSpec]:
         for klass in reversed(cls.__mro__):
             for name, value in vars(klass).items():
                 options = getattr(value, _ENDPOINT_ATTR, None)
+                if options is None and inspect.isfunction(value) and not name.startswith("_"):
+                    options = _PLAIN
                 if options is not None:
                     table[name] = EndpointSpec.of(cls.__qualname__, value, options)
                 elif name in table:

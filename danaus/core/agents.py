@@ -16,15 +16,18 @@ from typing import TYPE_CHECKING, Any
 
 from danaus.core.actor import Actor, endpoint
 from danaus.core.bootstrap import BootstrapCommand
-from danaus.core.context import current_rank
+from danaus.core.context import current_rank, reset_context, set_context
 from danaus.core.instance import Instance, SpawnOrder
+from danaus.core.logs import LoggingOptions
 from danaus.core.ports import Port
 from danaus.core.serialize import Buffer
 from danaus.core.trace import Event
 from danaus.core.transport import ProcSpec
 
 if TYPE_CHECKING:
+    from danaus.core.mesh import ActorMesh
     from danaus.core.runtime import Runtime
+    from danaus.core.undeliverable import UndeliverableMessageEnvelope
 
 log = logging.getLogger("danaus.agents")
 
@@ -48,11 +51,19 @@ def _answer_later(runtime: Runtime, port: Port[Any], work: Callable[[], Awaitabl
     runtime.loop.create_task(run())
 
 
-class ProcAgent(Actor):
-    """Spawns and stops actors on its proc."""
+class _Agent(Actor):
+    def _handle_undeliverable_message(self, message: UndeliverableMessageEnvelope) -> bool:
+        """An agent's answer could not be delivered: its caller is gone; nothing to do."""
+        log.info("%s", message)
+        return True
+
+
+class ProcAgent(_Agent):
+    """Spawns and stops actors on its proc; the root proc's also finds the job's controllers."""
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
+        self._controllers: ActorMesh[Any] | None = None
 
     @endpoint
     async def spawn(self, order: SpawnOrder) -> None:
@@ -73,6 +84,45 @@ class ProcAgent(Actor):
     @endpoint
     async def ping(self) -> None:
         return None
+
+    @endpoint
+    async def set_log_level(self, level: int) -> None:
+        """The level of this proc's root logger (where the proc has a process of its own)."""
+        if self._runtime.pid is not None:
+            logging.getLogger().setLevel(level)
+
+    @endpoint(explicit_response_port=True)
+    async def get_or_spawn_controller(
+        self,
+        port: Port[Any],
+        name: str,
+        cls: type[Actor],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> None:
+        """The job's controller ``name`` (see `get_or_spawn_controller`; root proc only)."""
+        found = self._registry().get_or_spawn.call_one(name, cls, args, kwargs)
+        _answer_later(self._runtime, port, lambda: found)
+
+    def _registry(self) -> ActorMesh[Any]:
+        """The controller registry, spawned by the controller's code on first use.
+
+        It goes first in the controller's list of meshes, so it stops last.
+        """
+        if self._controllers is None:
+            from danaus.core.controllers import ControllerRegistry
+            from danaus.core.mesh import this_proc
+
+            client = self._runtime.client
+            token = set_context(client.context)
+            try:
+                self._controllers = this_proc().spawn("controllers", ControllerRegistry)
+            finally:
+                reset_context(token)
+            owned = self._controllers._owned
+            client.owned.remove(owned)
+            client.owned.insert(0, owned)
+        return self._controllers
 
     @endpoint
     async def actors(self) -> list[tuple[str, str, int]]:
@@ -100,7 +150,7 @@ class ProcAgent(Actor):
         _answer_later(self._runtime, port, run)
 
 
-class HostAgent(Actor):
+class HostAgent(_Agent):
     """Starts and stops procs on its host through the world's launcher."""
 
     def __init__(self, runtime: Runtime) -> None:
@@ -145,6 +195,11 @@ class HostAgent(Actor):
             await runtime.world.launcher.stop(procs, timeout)
 
         _answer_later(runtime, port, stop)
+
+    @endpoint
+    async def logging_option(self, procs: Sequence[str], options: LoggingOptions) -> None:
+        """How the output of these procs (those started here) reaches the controller."""
+        self._runtime.world.launcher.set_output(procs, options)
 
 
 async def keep_traces(runtime: Runtime, procs: Sequence[str]) -> None:

@@ -57,6 +57,11 @@ def current_rank() -> Point:
     return context().message_rank
 
 
+def current_actor_name() -> str:
+    """The actor id of the running actor (in controller code, the controller's own)."""
+    return context().actor_instance.actor_id
+
+
 def current_size() -> dict[str, int]:
     """Sizes of the slice of the mesh that was messaged."""
     return dict(context().message_rank.extent)

@@ -8,6 +8,7 @@ not in a remote actor.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
@@ -24,7 +25,7 @@ from danaus.core.ports import (
 from danaus.core.serialize import Buffer, dumps
 from danaus.core.shape import Shape
 from danaus.core.value_mesh import ValueMesh
-from danaus.core.wire import PortRef
+from danaus.core.wire import PLAIN_PORT, PLAIN_RETURNS, PortRef
 
 if TYPE_CHECKING:
     from danaus.core.actor import EndpointSpec
@@ -42,9 +43,10 @@ Expect = Callable[[list[str], "asyncio.AbstractEventLoop"], tuple["ReplyHandler"
 class Endpoint(Generic[R]):
     """One endpoint of a mesh (or slice) of actors: ``mesh.train``."""
 
-    def __init__(self, mesh: ActorMesh, spec: EndpointSpec) -> None:
+    def __init__(self, mesh: ActorMesh, spec: EndpointSpec, plain: int = 0) -> None:
         self._mesh = mesh
         self._spec = spec
+        self._plain = plain
 
     @property
     def name(self) -> str:
@@ -81,9 +83,8 @@ class Endpoint(Generic[R]):
             handler, result = expect([proc for proc, _ in targets], runtime.loop)
             handler.caller, handler.actor, handler.method = sender, self._mesh._mesh_id, self.name
             reply = runtime.open_port(handler)
-        runtime.send_call(
-            sender, targets, self._mesh._mesh_id, self._spec.name, shape, payload, reply
-        )
+        mesh_id, method = self._mesh._mesh_id, self._spec.name
+        runtime.send_call(sender, targets, mesh_id, method, shape, payload, reply, self._plain)
         return result
 
     def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh[R]]:
@@ -141,6 +142,55 @@ class Endpoint(Generic[R]):
 
     def __repr__(self) -> str:
         return f"<Endpoint {self._spec.owner}.{self._spec.name} of {self._mesh!r}>"
+
+
+class NotAnEndpoint:
+    """A method of the actors of a mesh that is not an endpoint: ``mesh.method``.
+
+    It cannot be called directly; `as_endpoint` makes an `Endpoint` of it.
+    """
+
+    def __init__(self, mesh: ActorMesh, spec: EndpointSpec) -> None:
+        self._mesh = mesh
+        self._spec = spec
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(
+            f"{self._spec.owner}.{self._spec.name} is not an endpoint; "
+            f"call it through as_endpoint(mesh.{self._spec.name}).call(...) or mark it @endpoint"
+        )
+
+    def __repr__(self) -> str:
+        return f"<method {self._spec.owner}.{self._spec.name} of {self._mesh!r}>"
+
+
+def as_endpoint(
+    not_an_endpoint: Any, *, propagate: Any = None, explicit_response_port: bool = False
+) -> Endpoint[Any]:
+    """Call a method of a mesh's actors that is not marked `endpoint`, through the adverbs.
+
+    ``as_endpoint(mesh.method).call(...)``: the method runs as an endpoint would
+    (sync or async). With ``explicit_response_port=True`` it receives a `Port`
+    after ``self`` and answers through it. Only public methods (whose name does
+    not start with ``_``) can be called this way. ``propagate`` is accepted for
+    compatibility and ignored.
+    """
+    if not isinstance(not_an_endpoint, NotAnEndpoint):
+        raise ValueError(
+            f"as_endpoint expects a method of a spawned actor mesh (mesh.method) that is not "
+            f"an endpoint, got {not_an_endpoint!r}"
+        )
+    spec = not_an_endpoint._spec
+    if explicit_response_port:
+        if not spec.params:
+            raise TypeError(
+                f"{spec.owner}.{spec.name} takes a response port but has no parameter for it"
+            )
+        spec = dataclasses.replace(
+            spec, params=spec.params[1:], explicit_response_port=True, _signature=None
+        )
+    kind = PLAIN_PORT if explicit_response_port else PLAIN_RETURNS
+    return Endpoint(not_an_endpoint._mesh, spec, kind)
 
 
 def _first(procs: list[str], loop: asyncio.AbstractEventLoop) -> tuple[ReplyHandler, Future[Any]]:

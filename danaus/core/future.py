@@ -63,17 +63,33 @@ class Future(Generic[R]):
     def done(self) -> bool:
         return self._afut.done()
 
-    def __await__(self) -> Generator[Any, None, R]:
-        running = asyncio.get_running_loop()
-        if running is self._loop:
-            return (yield from self._afut.__await__())
+    def as_asyncio(self) -> asyncio.Future[R]:
+        """A new future of the running asyncio loop that settles as this one does.
+
+        For code that combines futures with asyncio (``asyncio.wait``,
+        ``asyncio.gather``, callbacks). Each call gives a new asyncio future,
+        and this future stays usable. Raises `RuntimeError` where no asyncio
+        loop runs (sync code, sync endpoints).
+        """
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError("as_asyncio() needs a running asyncio event loop") from None
         target: asyncio.Future[R] = running.create_future()
+        if running is self._loop:
+            self._afut.add_done_callback(lambda src: transfer_outcome(src, target))
+            return target
 
         def forward(src: asyncio.Future[R]) -> None:
             running.call_soon_threadsafe(transfer_outcome, src, target)
 
         self._loop.call_soon_threadsafe(self._afut.add_done_callback, forward)
-        return (yield from target.__await__())
+        return target
+
+    def __await__(self) -> Generator[Any, None, R]:
+        if asyncio.get_running_loop() is self._loop:
+            return (yield from self._afut.__await__())
+        return (yield from self.as_asyncio().__await__())
 
     def __repr__(self) -> str:
         state = "done" if self._afut.done() else "pending"

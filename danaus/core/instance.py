@@ -13,6 +13,7 @@ import enum
 import itertools
 import logging
 import os
+import threading
 import traceback
 from collections import deque
 from collections.abc import Callable
@@ -35,7 +36,8 @@ from danaus.core.ports import Port
 from danaus.core.serialize import Buffer, dumps, loads
 from danaus.core.shape import Extent, Point
 from danaus.core.supervision import MeshFailure
-from danaus.core.wire import Call
+from danaus.core.undeliverable import UndeliverableMessageEnvelope
+from danaus.core.wire import PLAIN_PORT, Call
 
 if TYPE_CHECKING:
     from danaus.core.mesh import HostMesh, ProcMesh
@@ -147,6 +149,17 @@ class _Supervise:
     failure: MeshFailure
 
 
+@dataclass(frozen=True)
+class _Returned:
+    """A mailbox item: run ``_handle_undeliverable_message`` for a message this actor sent."""
+
+    message: UndeliverableMessageEnvelope
+
+
+_Control = _Supervise | _Returned
+"""What runs at an actor's next safe point, ahead of its queued messages."""
+
+
 class _Mailbox:
     """A FIFO of messages drained by one task (leaner than `asyncio.Queue` on the hot path)."""
 
@@ -240,7 +253,7 @@ class Instance:
         """The call being handled, if any."""
         self._in_async_call = False
         """The call being handled is an async endpoint (suspended whenever the loop runs)."""
-        self._supervisions: deque[MeshFailure] = deque()
+        self._supervisions: deque[_Control] = deque()
         self._supervising: asyncio.Task[None] | None = None
         self._ending = False
         """Danaus itself is cancelling the message loop (an abandon or an exit)."""
@@ -250,6 +263,11 @@ class Instance:
         """Messages posted to this actor (counted on the runtime's thread)."""
         self._accepted = 0
         """Of those, how many reached its thread (counted there)."""
+        self._concurrent: dict[asyncio.Task[None], Call] = {}
+        """The bodies of `concurrent_endpoint` calls still running, with their calls."""
+        self._thread: int | None = None
+        """The id of the thread this actor's code runs on."""
+        self._stop_reason: str | None = None
 
     @classmethod
     def client(cls, runtime: Runtime) -> Instance:
@@ -379,10 +397,10 @@ class Instance:
         except RuntimeError:
             fn(*args)
 
-    def post(self, call: Call, payload: list[Buffer]) -> None:
-        """Queue a message (from the runtime's loop)."""
+    def post(self, src: str, call: Call, payload: list[Buffer]) -> None:
+        """Queue a message from proc ``src`` (from the runtime's loop)."""
         self._posted += 1
-        self._on_actor(self._accept, call, payload)
+        self._on_actor(self._accept, src, call, payload)
 
     def supervise(self, failure: MeshFailure) -> None:
         """A mesh this actor owns has a failed member: handle it at the next safe point.
@@ -393,9 +411,58 @@ class Instance:
         if self.kind is InstanceKind.CLIENT:
             self._runtime.unhandled(failure)
         else:
-            self._on_actor(self._offer, failure)
+            self._on_actor(self._offer, _Supervise(failure))
 
-    async def stop(self, timeout: float | None = None) -> None:
+    def undeliverable(self, message: UndeliverableMessageEnvelope) -> None:
+        """A message this actor sent could not be delivered (from any thread).
+
+        An actor's ``_handle_undeliverable_message`` decides at its next safe
+        point; for the controller's own code, the unhandled-fault hook does.
+        """
+        if self.kind is InstanceKind.CLIENT:
+            failure = self._describe_failure(_undelivered(message))
+            self._runtime.on_loop(self._runtime.unhandled, failure)
+        else:
+            self._on_actor(self._offer, _Returned(message))
+
+    def stop(self, reason: str | None = None) -> None:
+        """Stop this actor gracefully, from its own code: ``context().actor_instance.stop()``.
+
+        The actor takes no new messages, finishes the queued ones, stops the
+        meshes it owns and runs ``__cleanup__(None)``. Later messages to it are
+        answered with `MeshStoppedError` (giving ``reason``). Stopping is not a
+        failure: its owner is not told.
+        """
+        self._check_is_actor("stop")
+        self._stop_reason = reason
+        self._on_own_thread(self._begin_stop)
+
+    def abort(self, reason: str | None = None) -> None:
+        """Fail this actor now, from its own code: ``context().actor_instance.abort(reason)``.
+
+        As if an endpoint had raised under ``broadcast``: the call being handled
+        and the queued ones are answered with `SupervisionError`, and the owner
+        gets a `MeshFailure` whose cause names ``reason``. Code after ``abort()``
+        in a sync endpoint still runs to its return (its result is discarded);
+        an async endpoint is cancelled at its next ``await``.
+        """
+        self._check_is_actor("abort")
+        self._on_own_thread(self._abort, f"aborted: {reason or 'no reason provided'}")
+
+    kill = abort
+
+    def _check_is_actor(self, what: str) -> None:
+        if self.kind is not InstanceKind.USER:
+            raise RuntimeError(f"{what}() is for actors; {self.actor_id} is not an actor")
+
+    def _on_own_thread(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn`` now if called from this actor's own thread, else hand it to that thread."""
+        if threading.get_ident() == self._thread:
+            fn(*args)
+        else:
+            self._on_actor(fn, *args)
+
+    async def stop_and_wait(self, timeout: float | None = None) -> None:
         """Stop gracefully: finish queued messages, stop owned meshes, run ``__cleanup__``.
 
         After ``timeout`` seconds the actor is abandoned without cleanup.
@@ -418,6 +485,9 @@ class Instance:
         running, self._running = self._running, None
         if running is not None:
             self._runtime.reply_error(running, reason, self)
+        for task, call in list(self._concurrent.items()):
+            self._runtime.reply_error(call, reason, self)
+            self._on_actor(task.cancel)
         self._on_actor(self._abandon, reason)
 
     # ---- on the actor's thread --------------------------------------------------------
@@ -433,28 +503,29 @@ class Instance:
         self._on_actor(self._begin, blob)
 
     def _begin(self, blob: list[Buffer] | None) -> None:
+        self._thread = threading.get_ident()
         self._task = self.loop.create_task(self._serve(blob))
 
-    def _accept(self, call: Call, payload: list[Buffer]) -> None:
+    def _accept(self, src: str, call: Call, payload: list[Buffer]) -> None:
         self._accepted += 1
         if self.state in _TAKES_MESSAGES:
             assert self._mailbox is not None
             self._mailbox.put((call, payload))
         elif self.state is ActorState.FAILED:
-            self._runtime.reply_error(call, self._failure_error(), self)
+            self._runtime.refuse(src, call, self._failure_error(), self)
         else:
-            self._runtime.reply_error(call, self._stopped_error(), self)
+            self._runtime.refuse(src, call, self._stopped_error(), self)
 
-    def _offer(self, failure: MeshFailure) -> None:
+    def _offer(self, item: _Control) -> None:
         if self.state not in _TAKES_MESSAGES:
             return
         if self._in_async_call or self._supervising is not None:
-            self._supervisions.append(failure)
+            self._supervisions.append(item)
             if self._supervising is None:
                 self._supervising = self.loop.create_task(self._supervise_all())
         else:
             assert self._mailbox is not None
-            self._mailbox.put_first(_Supervise(failure))
+            self._mailbox.put_first(item)
 
     def _begin_stop(self) -> None:
         if self.state in _TAKES_MESSAGES:
@@ -463,12 +534,19 @@ class Instance:
             self._mailbox.put(None)
 
     async def _supervise_all(self) -> None:
-        """Handle the failures that arrived while an async endpoint was suspended."""
+        """Handle the failures (and returned messages) that arrived while an async endpoint
+        was suspended."""
         try:
             while self._supervisions and self.state in _TAKES_MESSAGES:
-                await self._supervise(self._supervisions.popleft())
+                await self._control(self._supervisions.popleft())
         finally:
             self._supervising = None
+
+    async def _control(self, item: _Control) -> None:
+        if isinstance(item, _Supervise):
+            await self._supervise(item.failure)
+        else:
+            await self._returned(item.message)
 
     async def _serve(self, blob: list[Buffer] | None) -> None:
         assert self._mailbox is not None
@@ -479,10 +557,10 @@ class Instance:
             if item is None:
                 await self._finish()
                 return
-            if isinstance(item, _Supervise):
-                await self._supervise(item.failure)
-            else:
+            if isinstance(item, tuple):
                 await self._handle(*item)
+            else:
+                await self._control(item)
 
     async def _invoke(self, fn: Callable[..., Any], is_async: bool) -> Any:
         """Run user code; a ``sys.exit`` in it ends the whole proc, as in a real process."""
@@ -528,56 +606,107 @@ class Instance:
         self.handled += 1
         token = set_context(Context(self, Point(call.point, Extent.of(call.labels, call.sizes))))
         spec = self._endpoints.get(call.method)
-        explicit = spec is not None and spec.explicit_response_port
+        explicit = spec is not None and (
+            call.plain == PLAIN_PORT if call.plain else spec.explicit_response_port
+        )
         sites = self._runtime.world.sites
         observer = self._runtime.observer
         observed = observer.handling(self, call) if observer is not None else None
         raised: BaseException | None = None
         try:
-            if spec is None:
+            if spec is None or (spec.plain and not call.plain):
                 raise AttributeError(f"{self.class_name} has no endpoint {call.method!r}")
             if sites is not None:
                 sites.check_call(self.name, call.method)
             args, kwargs = loads(payload)
             if explicit:
-                args = (Port(call.reply, call.point), *args)
+                # An answer to a caller that is gone is dropped, as the runtime's own are.
+                args = (Port(call.reply, call.point, return_undeliverable=False), *args)
+            body = partial(getattr(self._obj, call.method), *args, **kwargs)
+            if spec.concurrent:
+                self._start_concurrent(call, body, explicit)
+                await asyncio.sleep(0)  # the body starts before the next message is taken
+                return
             self._in_async_call = spec.is_async
-            result = await self._invoke(
-                partial(getattr(self._obj, call.method), *args, **kwargs), spec.is_async
-            )
-        except Exception as exc:
-            raised = exc
-            if call.reply is not None and not explicit:
-                self._runtime.send_reply(
-                    self, call.reply, call.point, actor_error_payload(self.actor_id, exc), True
-                )
-            else:
-                how = "an explicit-port" if explicit else "a broadcast"
-                self._fail(f"endpoint {call.method} ({how} call) raised {_describe(exc)}", exc)
-                self._runtime.reply_error(call, self._failure_error(), self)
+            result = await self._invoke(body, spec.is_async)
         except BaseException as exc:
             raised = exc
             if self._ours(exc):
                 raise
-            self._fail(f"endpoint {call.method} raised {_describe(exc)}", exc)
-            self._runtime.reply_error(call, self._failure_error(), self)
+            self._answer_error(call, explicit, exc)
         else:
             if call.reply is not None and not explicit:
-                if sites is not None and (delay := sites.delay("reply")):
-                    await asyncio.sleep(delay)
-                try:
-                    frames = dumps(result, f"result of {self.class_name}.{call.method}")
-                except TypeError as exc:
-                    frames, error = actor_error_payload(self.actor_id, exc), True
-                else:
-                    error = False
-                self._runtime.send_reply(self, call.reply, call.point, frames, error)
+                await self._answer(call, result)
         finally:
             self._running = None
             self._in_async_call = False
             reset_context(token)
             if observer is not None:
                 observer.handled(observed, raised)
+
+    async def _answer(self, call: Call, result: Any) -> None:
+        """Send the caller of ``call`` what the endpoint returned."""
+        assert call.reply is not None
+        sites = self._runtime.world.sites
+        if sites is not None and (delay := sites.delay("reply")):
+            await asyncio.sleep(delay)
+        try:
+            frames = dumps(result, f"result of {self.class_name}.{call.method}")
+        except TypeError as exc:
+            frames, error = actor_error_payload(self.actor_id, exc), True
+        else:
+            error = False
+        self._runtime.send_reply(self, call.reply, call.point, frames, error)
+
+    def _answer_error(self, call: Call, explicit: bool, exc: BaseException) -> None:
+        """The endpoint handling ``call`` raised ``exc``.
+
+        An `Exception` goes to a caller waiting for the endpoint's answer, as an
+        `ActorError`. Otherwise (nobody waits, the endpoint answers through an
+        explicit port, or ``exc`` is not an `Exception`) the actor fails.
+        """
+        if isinstance(exc, Exception) and call.reply is not None and not explicit:
+            payload = actor_error_payload(self.actor_id, exc)
+            self._runtime.send_reply(self, call.reply, call.point, payload, True)
+            return
+        if not isinstance(exc, Exception):
+            cause = f"endpoint {call.method} raised {_describe(exc)}"
+        else:
+            how = "an explicit-port" if explicit else "a broadcast"
+            cause = f"endpoint {call.method} ({how} call) raised {_describe(exc)}"
+        self._fail(cause, exc)
+        self._runtime.reply_error(call, self._failure_error(), self)
+
+    def _start_concurrent(self, call: Call, body: Callable[[], Any], explicit: bool) -> None:
+        """Run the body of a `concurrent_endpoint` call as a task; the next message may start."""
+        task = self.loop.create_task(self._run_concurrent(call, body, explicit))
+        self._concurrent[task] = call
+        task.add_done_callback(self._concurrent.pop)
+
+    async def _run_concurrent(self, call: Call, body: Callable[[], Any], explicit: bool) -> None:
+        try:
+            result = await self._invoke(body, is_async=True)
+        except asyncio.CancelledError as exc:
+            # Cancelled by something other than the actor's end (which answers the caller).
+            cancelled = not self._ours(exc) and self.state in _TAKES_MESSAGES
+            if cancelled and call.reply is not None and not explicit:
+                payload = actor_error_payload(self.actor_id, exc)
+                self._runtime.send_reply(self, call.reply, call.point, payload, True)
+            raise
+        except BaseException as exc:
+            self._answer_error(call, explicit, exc)
+        else:
+            if call.reply is not None and not explicit:
+                await self._answer(call, result)
+
+    async def _end_concurrent(self, reason: BaseException) -> None:
+        """Cancel the `concurrent_endpoint` bodies still running; their callers get ``reason``."""
+        while self._concurrent:
+            running = list(self._concurrent.items())
+            for task, call in running:
+                self._runtime.reply_error(call, reason, self)
+                task.cancel()
+            await asyncio.gather(*(task for task, _ in running), return_exceptions=True)
 
     async def _supervise(self, failure: MeshFailure) -> None:
         """Offer ``failure`` to ``__supervise__``; unhandled, it fails this actor in turn."""
@@ -599,13 +728,52 @@ class Instance:
         finally:
             reset_context(token)
 
+    async def _returned(self, message: UndeliverableMessageEnvelope) -> None:
+        """Offer ``message`` to ``_handle_undeliverable_message``; unhandled, this actor fails."""
+        hook = self._obj._handle_undeliverable_message  # type: ignore[union-attr]
+        token = set_context(self.context)
+        try:
+            handled = await self._invoke(partial(hook, message), asyncio.iscoroutinefunction(hook))
+            if not handled:
+                self._fail(_undelivered(message))
+        except BaseException as exc:
+            if self._ours(exc):
+                raise
+            self._fail(f"_handle_undeliverable_message raised {_describe(exc)}", exc)
+        finally:
+            reset_context(token)
+
     # ---- ending ---------------------------------------------------------------------
 
     def _failure_error(self) -> SupervisionError:
         return SupervisionError(f"actor {self.actor_id} has failed", self._failure)
 
     def _stopped_error(self) -> MeshStoppedError:
-        return MeshStoppedError(f"actor {self.actor_id} was stopped")
+        reason = f": {self._stop_reason}" if self._stop_reason else ""
+        return MeshStoppedError(f"actor {self.actor_id} was stopped{reason}")
+
+    def _describe_failure(
+        self, cause: str, tb: str | None = None, chained: MeshFailure | None = None
+    ) -> MeshFailure:
+        """This actor's failure for ``cause``, as its owner is told of it."""
+        return MeshFailure(
+            mesh_name=self.name,
+            mesh_id=self.key,
+            rank=self.rank,
+            actor_id=self.actor_id,
+            proc=self._runtime.proc_id,
+            host=self._runtime.host,
+            pid=self._runtime.pid,
+            cause=cause,
+            traceback=tb,
+            chained=chained,
+            actor_class=self.class_name,
+        )
+
+    def _abort(self, cause: str) -> None:
+        if self.state in _TAKES_MESSAGES:
+            self._fail(cause)
+            self._end_running_call(self._failure_error())
 
     def _fail(
         self, cause: str, exc: BaseException | None = None, chained: MeshFailure | None = None
@@ -620,30 +788,20 @@ class Instance:
         constructed = self.state is not ActorState.STARTING
         self.state = ActorState.FAILED
         tb = remote_traceback(exc) if exc is not None else None
-        self._failure = MeshFailure(
-            mesh_name=self.name,
-            mesh_id=self.key,
-            rank=self.rank,
-            actor_id=self.actor_id,
-            proc=self._runtime.proc_id,
-            host=self._runtime.host,
-            pid=self._runtime.pid,
-            cause=cause,
-            traceback=tb,
-            chained=chained,
-        )
+        self._failure = self._describe_failure(cause, tb, chained)
         log.warning("actor %s failed: %s%s", self.actor_id, cause, f"\n{tb.rstrip()}" if tb else "")
         self._runtime.trace.record(
             ev.Fail(proc=self._runtime.proc_id, actor=self.actor_id, cause=cause)
         )
         if self._runtime.observer is not None:
             self._runtime.observer.actor_failed(self, cause)
+        # The owner hears first: a caller on its proc that gets the error knows it was told.
+        if self.owner is not None:
+            self._runtime.send_failure(self, self.owner, self._failure)
         if self._in_async_call and asyncio.current_task() is not self._task:
             self._end_running_call(self._failure_error())
         self._drain(self._failure_error())
         self._runtime.on_loop(self._runtime.retire, self, self._failure_error())
-        if self.owner is not None:
-            self._runtime.send_failure(self, self.owner, self._failure)
         self.loop.create_task(self._end_failed(exc, constructed))
 
     def _end_running_call(self, reason: BaseException) -> None:
@@ -657,6 +815,7 @@ class Instance:
 
     async def _end_failed(self, exc: BaseException | None, constructed: bool) -> None:
         """After a failure: the meshes it owns stop, then ``__cleanup__(exc)`` if it was built."""
+        await self._end_concurrent(self._failure_error())
         await self.stop_owned()
         if constructed:
             await self._cleanup(
@@ -700,6 +859,7 @@ class Instance:
             reset_context(token)
 
     async def _finish(self) -> None:
+        await self._end_concurrent(self._stopped_error())
         await self.stop_owned()
         await self._cleanup(None)
         self.state = ActorState.STOPPED
@@ -719,3 +879,7 @@ class Instance:
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
+
+
+def _undelivered(message: UndeliverableMessageEnvelope) -> str:
+    return f"a message it sent to {message.dest()} could not be delivered: {message.error_msg()}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -17,10 +18,11 @@ from danaus.core.actor import Actor, EndpointSpec, endpoints_of
 from danaus.core.blocking import discard_outcome
 from danaus.core.bootstrap import CommandChoice, commands_for
 from danaus.core.context import context
-from danaus.core.endpoint import Endpoint
+from danaus.core.endpoint import Endpoint, NotAnEndpoint
 from danaus.core.errors import SupervisionError
 from danaus.core.future import Future
-from danaus.core.instance import SpawnOrder
+from danaus.core.instance import InstanceKind, SpawnOrder
+from danaus.core.logs import LoggingOptions
 from danaus.core.names import NumberedNames
 from danaus.core.owned import STOP_TIMEOUT, OwnedMesh
 from danaus.core.serialize import dumps
@@ -95,19 +97,33 @@ class _Mesh(MeshTrait):
 
 
 class HostMesh(_Mesh):
-    """Hosts, each with an agent that starts procs on it."""
+    """Hosts, each with an agent that starts procs on it.
+
+    The host meshes that `this_host` and `hosts` give the controller's code are
+    its own: it can `shutdown` them. Slices of them, and host meshes received in
+    messages or got inside actors, are references.
+    """
 
     _kind = "host mesh"
     _mesh_id = "hosts"
 
-    def __init__(self, agents: Sequence[str], shape: Shape, owned: OwnedMesh | None = None) -> None:
+    def __init__(
+        self,
+        agents: Sequence[str],
+        shape: Shape,
+        owned: OwnedMesh | None = None,
+        *,
+        own: bool = False,
+    ) -> None:
         self._procs = agents
         self._shape = shape
         self._owned = owned
+        self._own_hosts = own
+        self._shut_down = False
 
     @classmethod
-    def single(cls, agent: str) -> HostMesh:
-        return cls((agent,), Shape.unity())
+    def single(cls, agent: str, *, own: bool = False) -> HostMesh:
+        return cls((agent,), Shape.unity(), own=own)
 
     def _with_shape(self, shape: Shape) -> HostMesh:
         return HostMesh(self._procs, shape)
@@ -142,6 +158,7 @@ class HostMesh(_Mesh):
         (over the host dims and ``per_host``'s) giving each its own.
         """
         self._check_usable()
+        self._check_not_shut_down()
         extent = Extent.from_dict({} if per_host is None else per_host)
         overlap = set(extent.labels) & set(self._shape.labels)
         if overlap:
@@ -188,19 +205,6 @@ class HostMesh(_Mesh):
         owner = _caller()
         return owner._runtime.submit(self._stop_proc_meshes(owner, timeout))
 
-    def shutdown(self, timeout: float = STOP_TIMEOUT) -> Future[None]:
-        """Stop as `stop` does, then end the workers: no controller can attach to them again.
-
-        Only the owner's attached host mesh can be shut down, not a slice or a reference.
-        """
-        owned = self._owner_view()
-        owner = _caller()
-        owned.end()
-        return owner._runtime.submit(self._release(timeout, final=True))
-
-    async def __aexit__(self, *exc: object) -> None:
-        await (self.shutdown() if self._owned is not None else self.stop())
-
     async def _stop_members(self, timeout: float) -> None:
         await self._release(timeout, final=False)
 
@@ -218,6 +222,46 @@ class HostMesh(_Mesh):
         ]
         for owned in reversed(mine):
             await owned.stop(timeout)
+
+    def shutdown(self, timeout: float = STOP_TIMEOUT) -> Future[None]:
+        """Stop every proc mesh the caller spawned on these hosts, and end this host mesh.
+
+        Afterwards `spawn_procs` and `shutdown` on it raise `RuntimeError`
+        (``async with`` a host mesh shuts it down on exit). Only the controller's
+        own host meshes can be shut down; a slice or a reference raises
+        `RuntimeError`. The host mesh `attach_to_workers` returned also ends its
+        workers: no controller can attach to them again. The controller's own
+        host stays up: `this_host` gives a new, usable host mesh of it.
+        """
+        if self._owned is not None:
+            owned = self._owner_view()
+            owner = _caller()
+            self._check_not_shut_down()
+            self._shut_down = True
+            owned.end()
+            return owner._runtime.submit(self._release(timeout, final=True))
+        if not self._own_hosts:
+            raise RuntimeError(
+                "cannot shut down a HostMesh that is a reference instead of owned (a slice, "
+                "one received in a message, or one got inside an actor)"
+            )
+        self._check_not_shut_down()
+        self._shut_down = True
+        return self.stop(timeout)
+
+    def _check_not_shut_down(self) -> None:
+        if self._shut_down:
+            raise RuntimeError("HostMesh has already been shut down")
+
+    async def __aenter__(self) -> HostMesh:
+        self._check_not_shut_down()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._shut_down:
+            return
+        owns = self._owned is not None or self._own_hosts
+        await (self.shutdown() if owns else self.stop())
 
     def __repr__(self) -> str:
         return f"<HostMesh {self.sizes}>"
@@ -263,6 +307,35 @@ class ProcMesh(_Mesh):
             return self._owned.initialized
         return _proc_agents(self).ping._fold((), {}, None, _ignore)
 
+    def logging_option(
+        self,
+        stream_to_client: bool = False,
+        aggregate_window_sec: float | None = None,
+        level: int = logging.INFO,
+    ) -> Future[None]:
+        """How the output of these procs reaches the controller's terminal, and their log level.
+
+        ``level`` becomes the level of each proc's root Python logger. With
+        ``aggregate_window_sec``, identical lines that procs of this mesh print
+        within that many seconds are shown once, with how many there were (it
+        needs ``stream_to_client=True``). A proc's output always reaches the
+        controller's terminal, so ``stream_to_client`` alone changes nothing.
+        The future (await it, or ``get()`` it) settles once every proc applies
+        the options. On the simulator, procs share the controller's process and
+        its terminal: the options are checked and nothing else changes.
+        """
+        options = LoggingOptions.checked(stream_to_client, aggregate_window_sec, level)
+        owner = _caller()
+        members = self._members()
+        procs = [members[rank] for rank in self._shape.ranks()]
+
+        async def apply() -> None:
+            await self.initialized
+            await _proc_agents(self).set_log_level.call(options.level)
+            await self._host_mesh._agents().logging_option.call(procs, options)
+
+        return owner._runtime.submit(apply())
+
     def host_of(self, base: int) -> HostMesh:
         """The host of the member at position ``base`` of the proc list, as a mesh of one.
 
@@ -293,7 +366,7 @@ class ProcMesh(_Mesh):
         if restart is not None and not isinstance(restart, RestartPolicy):
             raise TypeError(f"restart must be a danaus.RestartPolicy, not {restart!r}")
         endpoints = endpoints_of(cls)
-        clashes = sorted(set(endpoints) & _RESERVED)
+        clashes = sorted({n for n, spec in endpoints.items() if not spec.plain} & _RESERVED)
         if clashes:
             raise ValueError(
                 f"{cls.__qualname__} endpoints {clashes} clash with ActorMesh attributes"
@@ -376,13 +449,13 @@ class ActorMesh(_Mesh, Generic[T]):
             self._owned,
         )
 
-    def __getattr__(self, name: str) -> Endpoint[Any]:
+    def __getattr__(self, name: str) -> Endpoint[Any] | NotAnEndpoint:
         if name.startswith("_"):
             raise AttributeError(name)
         spec = self._endpoints.get(name)
         if spec is None:
             raise AttributeError(f"actor mesh {self._name!r} has no endpoint {name!r}")
-        return Endpoint(self, spec)
+        return NotAnEndpoint(self, spec) if spec.plain else Endpoint(self, spec)
 
     @property
     def name(self) -> str:
@@ -442,7 +515,8 @@ _RESERVED = frozenset(name for name in dir(ActorMesh) if not name.startswith("_"
 
 def this_host() -> HostMesh:
     """The host the calling code runs on, as a host mesh of one."""
-    return context().actor_instance.host_mesh
+    instance = context().actor_instance
+    return HostMesh.single(instance._runtime.host_agent, own=instance.kind is InstanceKind.CLIENT)
 
 
 def this_proc() -> ProcMesh:
@@ -455,4 +529,5 @@ def hosts() -> HostMesh:
     from danaus.core.config import current_world
 
     agents = current_world().hosts()
-    return HostMesh(agents, Shape.from_extent(Extent(["hosts"], [len(agents)])))
+    own = context().actor_instance.kind is InstanceKind.CLIENT
+    return HostMesh(agents, Shape.from_extent(Extent(["hosts"], [len(agents)])), own=own)

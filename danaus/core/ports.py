@@ -181,31 +181,34 @@ class FoldHandler(ReplyHandler):
 class QueueHandler(PortHandler):
     """A user `Channel`: messages queue until received."""
 
-    def __init__(self, once: bool, ranked: bool) -> None:
+    def __init__(self, once: bool) -> None:
         self.once = once
-        self.ranked = ranked
-        self.queue: deque[tuple[Any, BaseException | None]] = deque()
-        self.waiters: deque[asyncio.Future[Any]] = deque()
+        self.queue: deque[tuple[int, Any, BaseException | None]] = deque()
+        self.waiters: deque[tuple[asyncio.Future[Any], bool]] = deque()
 
     def deliver(self, rank: int, payload: list[Buffer], error: bool) -> None:
         value, exc = decode(payload, error, "a message sent to a port")
-        if self.ranked and exc is None:
-            value = (rank, value)
-        while self.waiters and self.waiters[0].done():
+        while self.waiters and self.waiters[0][0].done():
             self.waiters.popleft()
         if self.waiters:
-            _settle(self.waiters.popleft(), value, exc)
+            _hand_over(*self.waiters.popleft(), rank, value, exc)
         else:
-            self.queue.append((value, exc))
+            self.queue.append((rank, value, exc))
         if self.once:
             self.close()
 
-    def wait(self, afut: asyncio.Future[Any]) -> None:
+    def wait(self, afut: asyncio.Future[Any], ranked: bool) -> None:
+        """Settle ``afut`` with the next message; ``ranked``: as ``(sender's rank, value)``."""
         if self.queue:
-            value, exc = self.queue.popleft()
-            _settle(afut, value, exc)
+            _hand_over(afut, ranked, *self.queue.popleft())
         else:
-            self.waiters.append(afut)
+            self.waiters.append((afut, ranked))
+
+
+def _hand_over(
+    afut: asyncio.Future[Any], ranked: bool, rank: int, value: Any, exc: BaseException | None
+) -> None:
+    _settle(afut, (rank, value) if ranked and exc is None else value, exc)
 
 
 class Port(Generic[R]):
@@ -214,9 +217,27 @@ class Port(Generic[R]):
     ``send`` and ``exception`` work from wherever the port was passed to.
     """
 
-    def __init__(self, ref: PortRef | None, rank: int | None = None) -> None:
+    def __init__(
+        self, ref: PortRef | None, rank: int | None = None, return_undeliverable: bool = True
+    ) -> None:
         self._ref = ref
         self._rank = rank
+        self._return_undeliverable = return_undeliverable
+
+    @property
+    def return_undeliverable(self) -> bool:
+        """Whether a value sent to a port that was never opened comes back (default True).
+
+        It then goes to the sending actor's ``_handle_undeliverable_message``
+        (see `Actor`), whose default fails the actor. Set it to False to drop such
+        values instead. The setting travels with the port. Values for a port its
+        receiver has closed, or on a proc that is lost, are dropped either way.
+        """
+        return self._return_undeliverable
+
+    @return_undeliverable.setter
+    def return_undeliverable(self, value: bool) -> None:
+        self._return_undeliverable = bool(value)
 
     def send(self, value: R) -> None:
         """Send ``value`` to the port's receiver."""
@@ -231,10 +252,12 @@ class Port(Generic[R]):
             return
         ctx = context()
         rank = self._rank if self._rank is not None else ctx.message_rank.rank
-        ctx.actor_instance._runtime.send_reply(ctx.actor_instance, self._ref, rank, payload, error)
+        ctx.actor_instance._runtime.send_reply(
+            ctx.actor_instance, self._ref, rank, payload, error, self._return_undeliverable
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Port, (self._ref, self._rank))
+        return (Port, (self._ref, self._rank, self._return_undeliverable))
 
     def __repr__(self) -> str:
         return f"Port({self._ref})"
@@ -243,15 +266,24 @@ class Port(Generic[R]):
 class PortReceiver(Generic[R]):
     """The receiving end of a `Channel`, on the proc that opened it."""
 
-    def __init__(self, runtime: Runtime, handler: QueueHandler) -> None:
+    def __init__(self, runtime: Runtime, handler: QueueHandler, ranked: bool = False) -> None:
         self._runtime = runtime
         self._handler = handler
+        self._ranked = ranked
 
     def recv(self) -> Future[R]:
         """A future of the next value (raises if the sender sent an exception)."""
         afut = self._runtime.loop.create_future()
-        self._runtime.on_loop(self._handler.wait, afut)
+        self._runtime.on_loop(self._handler.wait, afut, self._ranked)
         return Future(self._runtime.loop, afut)
+
+    def ranked(self) -> PortReceiver[tuple[int, Any]]:
+        """A receiver of the same port whose values arrive as ``(rank, value)``.
+
+        ``rank`` is the sender's position in the slice it was messaged as (0 for
+        code outside an actor). Both receivers take from one queue.
+        """
+        return PortReceiver(self._runtime, self._handler, ranked=True)
 
     def __reduce__(self) -> Any:
         raise TypeError("a PortReceiver stays on the proc that opened it; pass its Port instead")
@@ -263,16 +295,13 @@ class Channel(Generic[R]):
     @staticmethod
     def open(once: bool = False) -> tuple[Port[R], PortReceiver[R]]:
         """A new port and its receiver. With ``once``, the port takes one message."""
-        return Channel._open(once, ranked=False)
+        runtime = context().actor_instance._runtime
+        handler = QueueHandler(once)
+        ref = runtime.open_port(handler)
+        return Port(ref), PortReceiver(runtime, handler)
 
     @staticmethod
     def open_ranked(once: bool = False) -> tuple[Port[R], PortReceiver[tuple[int, R]]]:
         """Like `open`, but each value arrives as ``(rank, value)``, rank being the sender's."""
-        return Channel._open(once, ranked=True)
-
-    @staticmethod
-    def _open(once: bool, ranked: bool) -> tuple[Port[Any], PortReceiver[Any]]:
-        runtime = context().actor_instance._runtime
-        handler = QueueHandler(once, ranked)
-        ref = runtime.open_port(handler)
-        return Port(ref), PortReceiver(runtime, handler)
+        port, receiver = Channel.open(once)
+        return port, receiver.ranked()

@@ -27,8 +27,19 @@ from danaus.core.shape import Shape
 from danaus.core.supervision import MeshFailure
 from danaus.core.supervisor import Supervisor
 from danaus.core.transport import ProcLoss, Transport
+from danaus.core.undeliverable import UndeliverableMessageEnvelope
 from danaus.core.waits import Wait
-from danaus.core.wire import Call, Fail, FrameError, PortRef, Reply, decode, encode, reply_port
+from danaus.core.wire import (
+    Call,
+    Fail,
+    FrameError,
+    PortRef,
+    Reply,
+    Returned,
+    decode,
+    encode,
+    reply_port,
+)
 
 if TYPE_CHECKING:
     from danaus.core.actor import Actor
@@ -64,11 +75,12 @@ class Runtime:
         self.max_payload = max_payload
         self._actors: dict[str, Instance] = {}
         self._gone: dict[str, BaseException] = {}
-        self._held: dict[str, list[tuple[Call, list[Buffer]]]] = {}
+        self._held: dict[str, list[tuple[str, Call, list[Buffer]]]] = {}
         self._ports: dict[int, PortHandler] = {}
         self._lost: dict[str, ProcLoss] = {}
         self._watched: set[str] = set()
         self._ids = itertools.count(1)
+        self._last_id = 0
         self.pid = pid
         """The OS process id of this proc, where it has one of its own."""
         self.observer: Observer | None = None
@@ -91,7 +103,11 @@ class Runtime:
 
     def new_id(self) -> str:
         """An id unique in the whole job: this proc's id and a counter."""
-        return f"{self.proc_id}:{next(self._ids)}"
+        return f"{self.proc_id}:{self._next_number()}"
+
+    def _next_number(self) -> int:
+        self._last_id = next(self._ids)
+        return self._last_id
 
     def on_loop(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the loop thread: now if already there (or the loop is idle)."""
@@ -128,8 +144,12 @@ class Runtime:
         shape: Shape,
         payload: list[Buffer],
         reply: PortRef | None,
+        plain: int = 0,
     ) -> None:
-        """Send one call to ``actor`` on each target proc (a cast when there are several)."""
+        """Send one call to ``actor`` on each target proc (a cast when there are several).
+
+        ``plain`` says how a method called through ``as_endpoint`` answers (see `Call`).
+        """
         seq = sender.next_seq()
         labels, sizes = shape.labels, shape.ndslice.sizes
         size = nbytes(payload)
@@ -142,7 +162,7 @@ class Runtime:
         )
         for proc, point in targets:
             envelope = Call(
-                actor, method, reply, point, labels, sizes, sender.actor_id, seq, carried
+                actor, method, reply, point, labels, sizes, sender.actor_id, seq, carried, plain
             )
             if tracing:
                 self.trace.record(
@@ -161,8 +181,19 @@ class Runtime:
             self.transport.send(proc, encode(envelope, payload))
 
     def send_reply(
-        self, sender: Instance, port: PortRef, rank: int, payload: list[Buffer], error: bool
+        self,
+        sender: Instance,
+        port: PortRef,
+        rank: int,
+        payload: list[Buffer],
+        error: bool,
+        returnable: bool = False,
     ) -> None:
+        """Send a value (or an error) to ``port``.
+
+        ``returnable``: user code sent it through a `Port` that wants it back if
+        it cannot be delivered (the runtime's own answers never come back).
+        """
         seq = sender.next_seq()
         if self.trace.enabled:
             self.trace.record(
@@ -177,7 +208,8 @@ class Runtime:
                 )
             )
         self.transport.send(
-            port.proc, encode(Reply(port.port, rank, error, sender.actor_id, seq), payload)
+            port.proc,
+            encode(Reply(port.port, rank, error, sender.actor_id, seq, returnable), payload),
         )
 
     def send_failure(self, sender: Instance, owner: tuple[str, str], failure: MeshFailure) -> None:
@@ -234,11 +266,31 @@ class Runtime:
         if call.reply is not None:
             self.send_reply(sender or self.client, call.reply, call.point, dumps(exc), error=True)
 
+    def refuse(
+        self, src: str, call: Call, exc: BaseException, actor: Instance | None = None
+    ) -> None:
+        """``call`` came from proc ``src`` for an actor that is gone.
+
+        A call that expects an answer is answered with ``exc``; one that does not
+        goes back to its sender as undeliverable.
+        """
+        if call.reply is not None:
+            self.reply_error(call, exc, actor)
+        else:
+            dest = f"{self.proc_id}/{call.actor}.{call.method}"
+            self.send_back(src, call.sender, call.seq, dest, str(exc))
+
+    def send_back(self, src: str, sender: str, seq: int, dest: str, why: str) -> None:
+        """Return a message that cannot be delivered to ``dest`` to its sender, on proc ``src``."""
+        log.info("message from %s to %s is undeliverable: %s", sender, dest, why)
+        message = UndeliverableMessageEnvelope(sender, dest, why)
+        self.transport.send(src, encode(Returned(sender, seq), dumps(message)))
+
     # ---- ports ---------------------------------------------------------------------
 
     def open_port(self, handler: PortHandler) -> PortRef:
         handler.runtime = self
-        handler.port = next(self._ids)
+        handler.port = self._next_number()
         self._ports[handler.port] = handler
         return PortRef(self.proc_id, handler.port)
 
@@ -273,8 +325,8 @@ class Runtime:
         """Host ``instance`` and hand it the messages that arrived before it."""
         self._actors[instance.key] = instance
         self._gone.pop(instance.key, None)
-        for call, payload in self._held.pop(instance.key, ()):
-            instance.post(call, payload)
+        for src, call, payload in self._held.pop(instance.key, ()):
+            instance.post(src, call, payload)
 
     def retire(self, instance: Instance, reason: BaseException) -> None:
         """``instance`` is gone: later messages to it are answered with ``reason``."""
@@ -310,7 +362,7 @@ class Runtime:
                         actor=envelope.actor,
                     )
                 )
-            self._route_call(envelope, payload)
+            self._route_call(src, envelope, payload)
         elif isinstance(envelope, Reply):
             if tracing:
                 self.trace.record(
@@ -318,7 +370,9 @@ class Runtime:
                         proc=self.proc_id, src=envelope.sender, seq=envelope.seq, port=envelope.port
                     )
                 )
-            self._route_reply(envelope, payload)
+            self._route_reply(src, envelope, payload)
+        elif isinstance(envelope, Returned):
+            self._route_returned(envelope, payload)
         else:
             self.trace.record(
                 ev.FailureReceived(
@@ -335,19 +389,34 @@ class Runtime:
             refused = SerializationError(f"proc {self.proc_id} rejected the call: {error}")
             self.send_reply(self.client, port, point, dumps(refused), error=True)
 
-    def _route_call(self, call: Call, payload: list[Buffer]) -> None:
+    def _route_call(self, src: str, call: Call, payload: list[Buffer]) -> None:
         instance = self._actors.get(call.actor)
         if instance is not None:
-            instance.post(call, payload)
+            instance.post(src, call, payload)
         elif call.actor in self._gone:
-            self.reply_error(call, self._gone[call.actor])
+            self.refuse(src, call, self._gone[call.actor])
         else:
-            self._held.setdefault(call.actor, []).append((call, payload))
+            self._held.setdefault(call.actor, []).append((src, call, payload))
 
-    def _route_reply(self, reply: Reply, payload: list[Buffer]) -> None:
+    def _route_reply(self, src: str, reply: Reply, payload: list[Buffer]) -> None:
         handler = self._ports.get(reply.port)
         if handler is not None:
             handler.deliver(reply.rank, payload, reply.error)
+        elif reply.returnable and reply.port > self._last_id:
+            dest = f"{self.proc_id}:{reply.port}"
+            self.send_back(src, reply.sender, reply.seq, dest, "no such port was ever opened there")
+
+    def _route_returned(self, returned: Returned, payload: list[Buffer]) -> None:
+        try:
+            message = loads(payload)
+        except Exception as exc:
+            log.error("proc %s could not read a returned message: %r", self.proc_id, exc)
+            return
+        sender = next((i for i in self.instances() if i.actor_id == returned.sender), None)
+        if sender is None or not isinstance(message, UndeliverableMessageEnvelope):
+            log.warning("undeliverable message for %s, which is gone: %r", returned.sender, message)
+            return
+        sender.undeliverable(message)
 
     def _route_failure(self, payload: list[Buffer]) -> None:
         try:
@@ -377,7 +446,7 @@ class Runtime:
     async def stop_actors(self, keys: Sequence[str] | None, timeout: float | None) -> None:
         """Stop the given actors (None: all user actors) gracefully, within ``timeout``."""
         targets = [a for a in self.actors() if keys is None or a.key in keys]
-        await asyncio.gather(*(a.stop(timeout) for a in targets))
+        await asyncio.gather(*(a.stop_and_wait(timeout) for a in targets))
 
     def close(self) -> None:
         for instance in list(self._actors.values()):

@@ -407,11 +407,17 @@ class MeshTrait:
         """Rename dimensions, e.g. ``rename(gpus="workers")``."""
         return self._with_shape(self._shape.rename(**names))
 
-    def size(self, dim: str | None = None) -> int:
-        """Number of members, or the size of dimension ``dim``."""
+    def size(self, dim: str | Sequence[str] | None = None) -> int:
+        """Number of members; the size of dimension ``dim``; or, given several
+        dimensions, the product of their sizes."""
         if dim is None:
             return len(self._shape)
-        return self._shape.extent[dim]
+        if isinstance(dim, str):
+            extent = self._shape.extent
+            if dim not in extent:
+                raise KeyError(f"{self!r} has no dimension {dim!r}; it has {list(extent.labels)}")
+            return extent[dim]
+        return math.prod(self.size(d) for d in dim)
 
     @property
     def sizes(self) -> dict[str, int]:

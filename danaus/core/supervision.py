@@ -44,6 +44,8 @@ class MeshFailure:
     exit_code: int | None = None
     signal: int | None = None
     chained: MeshFailure | None = None
+    actor_class: str | None = None
+    """The qualified name of the failed actor's class."""
     mesh: ActorMesh[Any] | None = field(default=None, compare=False, repr=False)
 
     def report(self) -> str:
@@ -83,7 +85,8 @@ class MeshFailure:
             status = f", exit code {self.exit_code}"
         elif self.signal is not None:
             status = f", signal {self.signal}"
-        return f"mesh {self.mesh_name!r} rank {coords} ({self.actor_id}) failed on {where}{status}"
+        who = f"{self.actor_id}, {self.actor_class}" if self.actor_class else self.actor_id
+        return f"mesh {self.mesh_name!r} rank {coords} ({who}) failed on {where}{status}"
 
     def __str__(self) -> str:
         return f"{self._headline()}: {self.cause}"

@@ -63,6 +63,7 @@ class Supervisor:
                         cause=f"its process {loss.reason}",
                         exit_code=loss.exit_code,
                         signal=loss.signal,
+                        actor_class=mesh._endpoints["__initialized__"].owner,
                     )
                 )
 

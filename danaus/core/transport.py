@@ -31,6 +31,7 @@ from danaus.core.serialize import Buffer
 if TYPE_CHECKING:
     from danaus.core.bootstrap import BootstrapCommand
     from danaus.core.faults import Faults
+    from danaus.core.logs import LoggingOptions
     from danaus.core.runtime import Runtime
     from danaus.core.sites import Sites
     from danaus.core.supervision import MeshFailure
@@ -193,6 +194,10 @@ class Launcher(ABC):
     @abstractmethod
     async def stop(self, procs: Sequence[str], timeout: float) -> None:
         """End the procs: politely, then by force after ``timeout`` seconds."""
+
+    def set_output(self, procs: Sequence[str], options: LoggingOptions) -> None:  # noqa: B027
+        """How the output of these procs (those this launcher started) reaches the
+        controller's terminal. Where procs write to the terminal directly, nothing."""
 
 
 class ActorRunner(ABC):

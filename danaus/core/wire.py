@@ -19,6 +19,8 @@ MAGIC = b"DNS"
 VERSION = 1
 MAX_HEADER_BYTES = 64 * 1024
 MAX_FRAMES = 1 + 1 + 4096
+PLAIN_RETURNS = 1
+PLAIN_PORT = 2
 
 
 class FrameError(ValueError):
@@ -48,8 +50,13 @@ class Call(msgspec.Struct, tag="call", array_like=True, omit_defaults=True):
     sender: str
     seq: int
     carried: dict[str, str] | None = None
+    plain: int = 0
+    """0: ``method`` is an endpoint; else a plain method called through ``as_endpoint``
+    (``PLAIN_RETURNS``: it answers by returning, ``PLAIN_PORT``: through a port argument)."""
 
     def validate(self) -> None:
+        if self.plain not in (0, PLAIN_RETURNS, PLAIN_PORT):
+            raise FrameError("call: unknown kind of method")
         if len(self.labels) != len(self.sizes) or any(s < 1 for s in self.sizes):
             raise FrameError("call: labels and sizes disagree")
         if not 0 <= self.point < math.prod(self.sizes):
@@ -57,13 +64,18 @@ class Call(msgspec.Struct, tag="call", array_like=True, omit_defaults=True):
 
 
 class Reply(msgspec.Struct, tag="reply", array_like=True):
-    """A value (or, if ``error``, a failure) sent to port ``port`` of the receiving proc."""
+    """A value (or, if ``error``, a failure) sent to port ``port`` of the receiving proc.
+
+    ``returnable``: sent by user code through a `Port` that wants undeliverable
+    values back (``Port.return_undeliverable``), rather than answered by the runtime.
+    """
 
     port: int
     rank: int
     error: bool
     sender: str
     seq: int
+    returnable: bool = False
 
     def validate(self) -> None:
         if self.rank < 0:
@@ -81,7 +93,18 @@ class Fail(msgspec.Struct, tag="fail", array_like=True):
         pass
 
 
-Envelope = Call | Reply | Fail
+class Returned(msgspec.Struct, tag="returned", array_like=True):
+    """A message the sending proc could not deliver, back to its sender (payload: why)."""
+
+    sender: str
+    """The actor id of the sender of the undeliverable message."""
+    seq: int
+
+    def validate(self) -> None:
+        pass
+
+
+Envelope = Call | Reply | Fail | Returned
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Envelope)

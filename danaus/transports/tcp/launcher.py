@@ -33,10 +33,12 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Protocol, TypeVar
 
+from danaus.core.logs import LoggingOptions, OutputAggregator
 from danaus.core.transport import Launcher, ProcLoss, ProcSpec
 from danaus.progress import Progress
 from danaus.transports.tcp import control
@@ -117,10 +119,20 @@ class LocalLauncher(Launcher):
         self.world = world
         self._children: dict[str, _Child] = {}
         self._starter = _Starter(f"danaus-start-{world.proc_id}")
+        self._output = {
+            stream: OutputAggregator(
+                functools.partial(self._write, stream), time.monotonic, world.io.call_later
+            )
+            for stream in (STDOUT, STDERR)
+        }
 
     def close(self) -> None:
         """Stop starting processes; those still running are killed (their parent-death signal)."""
         self._starter.close()
+
+    def set_output(self, procs: Sequence[str], options: LoggingOptions) -> None:
+        for aggregator in self._output.values():
+            self.world.io.call_soon(aggregator.set_options, list(procs), options)
 
     async def launch(self, specs: Sequence[ProcSpec]) -> None:
         _check_process_limit(len(specs))
@@ -231,6 +243,8 @@ class LocalLauncher(Launcher):
             self._drain(child, pipe, stream)
             io.remove_reader(pipe.fileno())
             pipe.close()
+        for aggregator in self._output.values():
+            aggregator.forget(child.spec.proc_id)
         loss = ProcLoss(
             child.spec.proc_id,
             "exited" if code >= 0 else "was killed",
@@ -270,6 +284,9 @@ class LocalLauncher(Launcher):
         if stream == STDERR:
             child.stderr_tail.extend(text.splitlines(keepends=True))
             del child.stderr_tail[:-STDERR_TAIL]
+        self._output[stream].write(child.spec.proc_id, text)
+
+    def _write(self, stream: int, text: str) -> None:
         self.world.output(stream, text)
 
 

@@ -1,0 +1,48 @@
+"""The DDP tutorial (docs/ddp.md): its code is examples/ddp.py, and it does what the page says."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import pytest
+
+from tests.tcp.conftest import ROOT, run_script
+
+PAGE = (ROOT / "docs" / "ddp.md").read_text()
+EXAMPLE = (ROOT / "examples" / "ddp.py").read_text()
+
+SCRIPT = f"""
+import sys
+import danaus
+
+# Many procs import torch at once on a small, shared machine: lenient heartbeats.
+danaus.configure(transport="tcp", heartbeat_timeout=30.0)
+sys.path.insert(0, {str(ROOT / "examples")!r})
+import ddp
+
+print("with failure:", ddp.main(20, 12), flush=True)
+print("without failure:", ddp.main(20, -1), flush=True)
+"""
+
+
+def test_the_page_shows_the_examples_code():
+    included = re.findall(r'^--8<-- "examples/ddp\.py:(\w+)"$', PAGE, re.MULTILINE)
+    assert included == ["trainer", "driver", "main"]
+    for name in included:
+        assert f"# --8<-- [start:{name}]" in EXAMPLE and f"# --8<-- [end:{name}]" in EXAMPLE
+
+
+@pytest.mark.timeout(900)
+def test_a_failed_rank_is_restarted_from_the_last_checkpoint(tmp_path):
+    result = run_script(SCRIPT, tmp_path, timeout=900)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    attempts = ast.literal_eval(out.split("with failure: ", 1)[1].splitlines()[0])
+    uninterrupted = ast.literal_eval(out.split("without failure: ", 1)[1].splitlines()[0])
+    assert attempts[:-1] == [None] and attempts[-1][:2] == (10, 20)
+    assert uninterrupted == [(0, 20, attempts[-1][2])]
+    assert attempts[-1][2] < 0.5
+    assert "[driver] training failed" in out
+    assert "told of: mesh 'trainers' rank gpus=1" in out and "exit code 1" in out
+    assert "attempt: None" in PAGE and f"attempt: (10, 20, {attempts[-1][2]})" in PAGE
