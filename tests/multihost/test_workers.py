@@ -69,7 +69,7 @@ def test_shutdown_ends_the_worker(workers, controller):
     hosts.spawn_procs().initialized.get(timeout=60)
     hosts.shutdown().get(timeout=60)
     assert worker.process.wait(30) == 0
-    with pytest.raises(NotImplementedError, match="owner"):
+    with pytest.raises(RuntimeError, match="reference"):
         hosts.slice(hosts=0).shutdown()
 
 
