@@ -15,6 +15,22 @@ import pytest
 from tests.conformance.transports import Transport, available
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--danaus-sim`` only the simulator's instances of the suite run."""
+    if not config.getoption("--danaus-sim", default=False):
+        return
+    real = [item for item in items if _transport_of(item) not in (None, "sim")]
+    if real:
+        config.hook.pytest_deselected(items=real)
+        items[:] = [item for item in items if item not in real]
+
+
+def _transport_of(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    param = callspec.params.get("transport") if callspec is not None else None
+    return param.name if isinstance(param, Transport) else None
+
+
 @pytest.fixture(params=available(), ids=lambda t: t.name)
 def transport(request: pytest.FixtureRequest) -> Transport:
     return request.param

@@ -18,6 +18,8 @@ class Transport:
     name: str
     run: Callable[..., Any]
     real: bool
+    options: dict[str, Any]
+    """What ``danaus.configure`` takes to select this transport for a test's own program."""
 
 
 def _run_sim(main: Callable[[], Any], hosts: int = 2, seed: int = 0) -> Any:
@@ -45,9 +47,11 @@ FAST_HEARTBEATS = {"heartbeat_interval": 0.2, "heartbeat_timeout": 1.5}
 def available() -> list[Transport]:
     """The transports this machine can run, simulator first."""
     found = [
-        Transport("sim", _run_sim, real=False),
-        Transport("tcp", _runner("tcp", **FAST_HEARTBEATS), real=True),
+        Transport("sim", _run_sim, real=False, options={"hosts": 2}),
+        Transport("tcp", _runner("tcp", **FAST_HEARTBEATS), real=True, options=FAST_HEARTBEATS),
     ]
     if importlib.util.find_spec("ucxx") is not None:
-        found.append(Transport("ucx", _runner("ucx", **FAST_HEARTBEATS), real=True))
+        found.append(
+            Transport("ucx", _runner("ucx", **FAST_HEARTBEATS), real=True, options=FAST_HEARTBEATS)
+        )
     return found

@@ -7,7 +7,9 @@ on the very thread that blocks. So while a simulated world is alive, the waits
 below, when made on the world's thread, run the world on instead of blocking:
 the simulation advances (in virtual time) until what they wait for happens or
 their timeout passes in virtual time, and they return then. Everywhere else
-(other threads, or no live simulated world) they are the standard functions.
+they are the standard functions: on other threads, with no live simulated
+world, and while the program runs threads of its own (a wait may then be for
+one of them, which only real time can bring about).
 
 Interposed, and restored to the very same functions when the last simulated
 world shuts down:
@@ -77,7 +79,14 @@ def detach(world: SimWorld) -> None:
 
 
 def _world_here() -> SimWorld | None:
-    """The world whose loop a wait made here must run, or None for a standard wait."""
+    """The world whose loop a wait made here must run, or None for a standard wait.
+
+    None as well while any other thread runs: then the wait may be one that
+    thread ends (``Thread.start`` waits for the new thread, for one), which no
+    amount of simulation could bring about.
+    """
+    if threading.active_count() > 1:
+        return None
     running = asyncio._get_running_loop()
     ident = threading.get_ident()
     for world in reversed(_worlds):

@@ -1,0 +1,69 @@
+"""``pytest --danaus-sim --danaus-seeds``: an unchanged suite on the simulator, over seeds."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SUITE = '''
+import os
+import danaus
+from danaus import this_host
+from danaus.core import config
+from tests.programs import racy_ledger
+
+
+def test_ledger_order():
+    assert racy_ledger.main() == ["a", "b"]
+
+
+def test_each_seed_gets_a_fresh_world():
+    assert config.installed() is None
+    world = config.current_world()
+    assert world.name == "sim"
+    assert world.schedule_seed == int(os.environ["DANAUS_SCHEDULE_SEED"])
+    this_host().spawn_procs({"gpus": 1})
+'''
+
+
+def pytest_in(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("DANAUS_TRANSPORT", None)
+    env.pop("DANAUS_SCHEDULE_SEED", None)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_a_bug_on_some_seeds_is_reported_with_its_replay_command_and_traces(tmp_path):
+    (tmp_path / "test_suite.py").write_text(SUITE)
+    found = pytest_in(tmp_path, "--danaus-sim", "--danaus-seeds", "0:20", "test_suite.py")
+    out = found.stdout
+    assert found.returncode == 1, out
+    assert "1 failed, 1 passed" in out
+    assert "2 tests ran on schedule seeds 0:20: 1 passed on every seed, 1 failed on some" in out
+    failing = out.split("failed on schedule seeds ", 1)[1].split(" of 0:20", 1)[0]
+    seeds = [int(s) for s in failing.split(", ")]
+    assert 0 not in seeds and 17 in seeds
+    replay = f"pytest --danaus-sim --danaus-seeds {seeds[0]} test_suite.py::test_ledger_order"
+    assert f"replay seed {seeds[0]}: {replay}" in out
+
+    again = pytest_in(tmp_path, *replay.split()[1:], "--danaus-traces", "traces")
+    assert again.returncode == 1, again.stdout
+    assert f"failed on schedule seed {seeds[0]} of {seeds[0]}" in again.stdout
+    pictures = sorted((tmp_path / "traces").rglob("*.html"))
+    assert pictures and "<svg" in pictures[0].read_text()
+    assert sorted((tmp_path / "traces").rglob("*.perfetto.json"))
+
+    default = pytest_in(tmp_path, "--danaus-sim", "test_suite.py")
+    assert default.returncode == 0, default.stdout
+    assert "2 tests ran on schedule seeds 0: 2 passed on every seed" in default.stdout
