@@ -1,4 +1,4 @@
-"""Waits outside Danaus on the simulator: virtual time, on the world's thread only, undone at shutdown."""
+"""Waits outside Danaus on sim: virtual time, on the world's thread only, undone at the end."""
 
 from __future__ import annotations
 

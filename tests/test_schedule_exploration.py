@@ -6,12 +6,13 @@ import asyncio
 import contextvars
 
 import pytest
+import racy_ledger
 
 import danaus.sim
 from danaus import Actor, ActorMesh, current_rank, endpoint, this_host
 from danaus.transports.sim.loop import Handle
 from danaus.transports.sim.schedule import ENVIRONMENT, Exploration, seed_from_environment
-from tests.programs import mixed_workload, racy_ledger
+from tests.programs import mixed_workload
 
 SEEDS = range(20)
 

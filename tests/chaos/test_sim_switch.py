@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SUITE = '''
+EXAMPLE = ROOT / "examples" / "simulator"
+
+FRESH_WORLDS = """
 import os
-import danaus
 from danaus import this_host
 from danaus.core import config
-from tests.programs import racy_ledger
-
-
-def test_ledger_order():
-    assert racy_ledger.main() == ["a", "b"]
 
 
 def test_each_seed_gets_a_fresh_world():
@@ -27,11 +24,11 @@ def test_each_seed_gets_a_fresh_world():
     assert world.name == "sim"
     assert world.schedule_seed == int(os.environ["DANAUS_SCHEDULE_SEED"])
     this_host().spawn_procs({"gpus": 1})
-'''
+"""
 
 
 def pytest_in(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(EXAMPLE)])}
     env.pop("DANAUS_TRANSPORT", None)
     env.pop("DANAUS_SCHEDULE_SEED", None)
     return subprocess.run(
@@ -45,8 +42,11 @@ def pytest_in(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_bug_on_some_seeds_is_reported_with_its_replay_command_and_traces(tmp_path):
-    (tmp_path / "test_suite.py").write_text(SUITE)
-    found = pytest_in(tmp_path, "--danaus-sim", "--danaus-seeds", "0:20", "test_suite.py")
+    shutil.copy(EXAMPLE / "test_racy_ledger.py", tmp_path / "test_ledger.py")
+    (tmp_path / "test_fresh.py").write_text(FRESH_WORLDS)
+    found = pytest_in(
+        tmp_path, "--danaus-sim", "--danaus-seeds", "0:20", "test_ledger.py", "test_fresh.py"
+    )
     out = found.stdout
     assert found.returncode == 1, out
     assert "1 failed, 1 passed" in out
@@ -54,7 +54,8 @@ def test_a_bug_on_some_seeds_is_reported_with_its_replay_command_and_traces(tmp_
     failing = out.split("failed on schedule seeds ", 1)[1].split(" of 0:20", 1)[0]
     seeds = [int(s) for s in failing.split(", ")]
     assert 0 not in seeds and 17 in seeds
-    replay = f"pytest --danaus-sim --danaus-seeds {seeds[0]} test_suite.py::test_ledger_order"
+    test = "test_ledger.py::test_entries_are_in_the_order_written"
+    replay = f"pytest --danaus-sim --danaus-seeds {seeds[0]} {test}"
     assert f"replay seed {seeds[0]}: {replay}" in out
 
     again = pytest_in(tmp_path, *replay.split()[1:], "--danaus-traces", "traces")
@@ -64,6 +65,6 @@ def test_a_bug_on_some_seeds_is_reported_with_its_replay_command_and_traces(tmp_
     assert pictures and "<svg" in pictures[0].read_text()
     assert sorted((tmp_path / "traces").rglob("*.perfetto.json"))
 
-    default = pytest_in(tmp_path, "--danaus-sim", "test_suite.py")
+    default = pytest_in(tmp_path, "--danaus-sim", "test_ledger.py", "test_fresh.py")
     assert default.returncode == 0, default.stdout
     assert "2 tests ran on schedule seeds 0: 2 passed on every seed" in default.stdout
