@@ -59,7 +59,7 @@ def test_hypothesis_finds_and_shrinks_a_failing_plan():
     smallest = find(
         plans(hosts=scenario.hosts, duration=scenario.duration, kinds=scenario.kinds),
         lambda plan: run_scenario(scenario, 0, plan).failed,
-        settings=settings(max_examples=300, suppress_health_check=list(HealthCheck)),
+        settings=settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck)),
     )
     assert len(smallest) == 1
     assert smallest.faults[0].kind in ("crash", "crash_host", "pause", "partition")

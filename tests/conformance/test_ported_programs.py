@@ -164,13 +164,18 @@ async def _stop(procs: Any) -> None:
 
 @pytest.mark.skipif(not hasattr(asyncio, "Runner"), reason="asyncio.Runner is Python 3.11+")
 def test_a_mesh_outlives_the_runner_call_that_spawned_it(transport):
-    """As with an async fixture: spawn in one ``Runner.run``, use in the next, stop in a third."""
+    """As with an async fixture: spawn in one ``Runner.run``, use in the next ones.
+
+    The mesh outlives the runner too, as a module's fixture outlives each test's
+    event loop, until it is stopped.
+    """
     danaus.configure(transport=transport.name, **transport.options)
     try:
         with asyncio.Runner() as runner:
             procs, counter = runner.run(_spawn())
             assert runner.run(_bump(counter)) == [1, 1]
             assert runner.run(_bump(counter)) == [2, 2]
-            runner.run(_stop(procs))
+        assert asyncio.run(_bump(counter)) == [3, 3]
+        asyncio.run(_stop(procs))
     finally:
         danaus.shutdown()

@@ -187,8 +187,10 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
     """A single-threaded asyncio loop running on a SimPy environment's clock.
 
     ``schedule``, if set, orders each iteration's ready callbacks.
-    ``before_close`` runs once when the loop is closed (the world shuts down
-    first, as under ``asyncio.run``); ``after_main`` once after the next
+    ``keep_open`` and ``closes_asyncgen`` let a world outlive the uses of its
+    loop by ``asyncio.run`` and runners (see `close`). ``before_close`` runs
+    once when the loop is closed (the world shuts down first, as under
+    ``asyncio.run``); ``after_main`` once after the next
     ``run_until_complete``; ``describe_stall`` adds its explanation to the
     message of `SimulationStalled`. ``time_limit`` is the virtual time past
     which the loop raises `SimulationTimeLimit`.
@@ -201,6 +203,9 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
         self.after_main: Callable[[], None] | None = None
         self.describe_stall: Callable[[], str] | None = None
         self.schedule: Schedule | None = None
+        self.keep_open: Callable[[], bool] | None = None
+        self.closes_asyncgen: Callable[[Any], bool] | None = None
+        """Which async generators `shutdown_asyncgens` closes (None: all of them)."""
         self._watches: dict[asyncio.Future[None], Callable[[], bool]] = {}
         """Futures to set once their condition holds, checked after each iteration."""
         self._hold: Callable[[Handle], bool] | None = None
@@ -291,10 +296,18 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
         return self._closed
 
     def close(self) -> None:
-        """Close; a world using this loop gets to shut down first (as under ``asyncio.run``)."""
+        """Close; a world using this loop gets to shut down first (as under ``asyncio.run``).
+
+        While ``keep_open()`` is true, the loop stays open instead, for its owner
+        to close later: ``asyncio.run`` or a ``Runner`` ending is then the end of
+        one use of the loop, and async generators may start again.
+        """
         if self._running:
             raise RuntimeError("Cannot close a running event loop")
         if self._closed:
+            return
+        if self.keep_open is not None and self.keep_open():
+            self._asyncgens_shutdown_called = False
             return
         if self.before_close is not None:
             hook, self.before_close = self.before_close, None
@@ -598,7 +611,8 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
                 stacklevel=2,
                 source=self,
             )
-        self._asyncgens.add(agen)
+        if self.closes_asyncgen is None or self.closes_asyncgen(agen):
+            self._asyncgens.add(agen)
 
     def _asyncgen_finalized(self, agen: Any) -> None:
         self._asyncgens.discard(agen)

@@ -149,7 +149,9 @@ class SimWorld(World):
         self.thread = threading.get_ident()
         self.env = simpy.Environment()
         self.loop = VirtualTimeLoop(self.env)
+        self.loop.keep_open = self._has_procs
         self.loop.before_close = self._loop_closing
+        self.loop.closes_asyncgen = lambda _: peek_context() is None
         self.loop.time_limit = time_limit
         self.loop.describe_stall = self._describe_stall
         self.trace = Trace(self.loop.time)
@@ -232,8 +234,10 @@ class SimWorld(World):
         Tasks of the simulated cluster (started by an actor, or by Danaus itself)
         are hidden from ``asyncio.all_tasks()``, as they would live on other
         threads and processes on a real transport: so the end of an
-        ``asyncio.run`` or ``asyncio.Runner.run`` cancels only the controller's
-        own tasks, and meshes outlive it until the loop closes.
+        ``asyncio.run`` or an ``asyncio.Runner`` cancels only the controller's
+        own tasks. While procs the program spawned live, the loop stays open
+        for the world when they close it, so meshes live on until they are
+        stopped or the world shuts down.
         """
         task = asyncio.Task(coro, loop=loop, **kwargs)
         ctx = peek_context()
@@ -287,11 +291,17 @@ class SimWorld(World):
     def _describe_stall(self) -> str:
         return describe_waits(self.procs.values())
 
-    def _loop_closing(self) -> None:
-        """The loop is being closed (``asyncio.run`` or a ``Runner`` ended): stop everything.
+    def _has_procs(self) -> bool:
+        """Whether a proc spawned by the program still lives (then the world outlives its loop's
+        ``asyncio.run`` or ``Runner``, as a real cluster would)."""
+        return not self._closed and any(
+            proc != ROOT and proc not in self._hosts_set for proc in self.procs
+        )
 
-        The world cannot run without its loop, so it shuts down and stops being
-        the current one; the next use of Danaus makes a new world.
+    def _loop_closing(self) -> None:
+        """The loop is being closed and no proc of the program lives: shut down, and be forgotten.
+
+        The next use of Danaus makes a new world.
         """
         self.shutdown(close_loop=False)
         if config.installed() is self:
