@@ -179,3 +179,36 @@ def test_a_mesh_outlives_the_runner_call_that_spawned_it(transport):
         asyncio.run(_stop(procs))
     finally:
         danaus.shutdown()
+
+
+def _sees_a_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+class LoopWatcher(Actor):
+    def __init__(self) -> None:
+        self.in_init = _sees_a_loop()
+
+    @endpoint
+    def sync_code(self) -> tuple[bool, bool]:
+        return self.in_init, _sees_a_loop()
+
+    @endpoint
+    async def async_code(self) -> bool:
+        return _sees_a_loop()
+
+
+def test_sync_code_sees_no_running_loop_and_async_code_does(run):
+    def main() -> tuple[bool, tuple[bool, bool], bool]:
+        watcher = this_host().spawn_procs({"gpus": 1}).spawn("watcher", LoopWatcher)
+        return (
+            _sees_a_loop(),
+            watcher.sync_code.call_one().get(timeout=30),
+            watcher.async_code.call_one().get(timeout=30),
+        )
+
+    assert run(main) == (False, (False, False), True)
