@@ -190,8 +190,9 @@ class SimSwitch:
         write = terminalreporter.write_line
         terminalreporter.section("danaus simulator")
         passed = self.tests - len(self.failures)
+        tests = "1 test" if self.tests == 1 else f"{self.tests} tests"
         write(
-            f"{self.tests} tests ran on schedule seeds {_describe(self.seeds)}: "
+            f"{tests} ran on schedule seeds {_describe(self.seeds)}: "
             f"{passed} passed on every seed, {len(self.failures)} failed on some"
         )
         for failure in self.failures:
