@@ -8,8 +8,10 @@ import contextvars
 import pytest
 import racy_ledger
 
+import danaus
 import danaus.sim
 from danaus import Actor, ActorMesh, current_rank, endpoint, this_host
+from danaus.core import config
 from danaus.transports.sim.loop import Handle
 from danaus.transports.sim.schedule import ENVIRONMENT, Exploration, seed_from_environment
 from tests.programs import mixed_workload
@@ -141,3 +143,13 @@ def test_exploration_interleaves_owners_and_keeps_each_owners_order():
     assert len(orders) > 10
     alone = _handles("aaa")
     assert Exploration(1, owner).order(alone) == (alone, [])
+
+
+def test_configure_takes_a_schedule_seed(monkeypatch):
+    monkeypatch.delenv(ENVIRONMENT, raising=False)
+    monkeypatch.setattr(config, "_choice", config._choice)  # the choice is put back after
+    danaus.configure(transport="sim", schedule_seed=5)
+    try:
+        assert config.current_world().schedule_seed == 5
+    finally:
+        danaus.shutdown()
