@@ -110,3 +110,17 @@ def test_blocking_in_async_code_holds_up_only_its_own_actor():
     meanwhile, queued, nap = danaus.sim.run(main).value
     assert meanwhile < 1.0
     assert nap >= 10.0 and queued >= nap
+
+
+def test_the_controller_waits_while_an_actor_blocks_in_async_code():
+    """The controller's wait ends during an actor's blocking wait; it returns once that does."""
+
+    def main() -> tuple[float, float]:
+        procs = this_host().spawn_procs({"gpus": 2})
+        clocks = procs.spawn("clock", Clock)
+        nap = clocks.slice(gpus=0).blocks.call_one(10.0)
+        meanwhile = clocks.slice(gpus=1).now.call_one().get(timeout=60)
+        return meanwhile, nap.get(timeout=60)
+
+    meanwhile, nap = danaus.sim.run(main).value
+    assert meanwhile < 1.0 <= 10.0 <= nap

@@ -41,8 +41,8 @@ def create_world(**options: Any) -> SimWorld:
 def _main_loop() -> VirtualTimeLoop | None:
     """The current world's loop, for ``asyncio.run`` or a ``Runner``; None if it is not simulated.
 
-    The world lives as long as that loop: its meshes outlive each
-    ``Runner.run`` call, and it shuts down when the loop is closed.
+    Its meshes outlive each ``Runner.run`` call, and the runner or
+    ``asyncio.run`` that uses it too while procs the program spawned live.
     """
     world = config.current_world()
     if not isinstance(world, SimWorld) or world.loop.is_closed():

@@ -457,6 +457,8 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
         try:
             while not future.done() and self.env.now < deadline:
                 self._run_once()
+                if self._stopping:  # for the outer run, once this one returns
+                    stopping, self._stopping = True, False
         finally:
             if task is not None:
                 asyncio.tasks._enter_task(self, task)
