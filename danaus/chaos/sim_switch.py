@@ -210,7 +210,10 @@ def _restart_timeout(item: pytest.Item) -> None:
         return
     import pytest_timeout
 
-    settings = pytest_timeout._get_item_settings(item)
+    settings_of = getattr(pytest_timeout, "_get_item_settings", None)
+    if settings_of is None:  # another version of pytest-timeout: its timer spans all seeds
+        return
+    settings = settings_of(item)
     if settings.timeout and settings.timeout > 0 and not settings.func_only:
         hooks = item.config.pluginmanager.hook
         hooks.pytest_timeout_cancel_timer(item=item)
