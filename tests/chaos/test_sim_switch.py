@@ -68,3 +68,30 @@ def test_a_bug_on_some_seeds_is_reported_with_its_replay_command_and_traces(tmp_
     default = pytest_in(tmp_path, "--danaus-sim", "test_ledger.py", "test_fresh.py")
     assert default.returncode == 0, default.stdout
     assert "2 tests ran on schedule seeds 0: 2 passed on every seed" in default.stdout
+
+
+TIMED = """
+import pytest
+
+
+@pytest.mark.timeout(30)
+def test_timed():
+    pass
+"""
+
+COUNT_TIMERS = """
+from pathlib import Path
+
+
+def pytest_timeout_set_timer(item, settings):
+    with open(Path(__file__).parent / "timers", "a") as log:
+        log.write(f"{settings.timeout}\\n")
+"""
+
+
+def test_each_seed_gets_the_tests_whole_timeout(tmp_path):
+    (tmp_path / "test_timed.py").write_text(TIMED)
+    (tmp_path / "conftest.py").write_text(COUNT_TIMERS)
+    done = pytest_in(tmp_path, "--danaus-sim", "--danaus-seeds", "0:4", "test_timed.py")
+    assert done.returncode == 0, done.stdout
+    assert (tmp_path / "timers").read_text().split() == ["30.0"] * 4
