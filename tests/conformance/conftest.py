@@ -3,6 +3,11 @@
 A test is a controller program: a ``main`` function (sync or async) handed to
 the ``run`` fixture, which runs it on the transport the test is parametrized
 with and returns what ``main`` returned.
+
+Over twenty schedule seeds of the simulator (a few minutes; not part of the
+default run):
+
+    pytest tests/conformance --danaus-sim --danaus-seeds 0:20
 """
 
 from __future__ import annotations
