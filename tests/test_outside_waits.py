@@ -124,3 +124,20 @@ def test_the_controller_waits_while_an_actor_blocks_in_async_code():
 
     meanwhile, nap = danaus.sim.run(main).value
     assert meanwhile < 1.0 <= 10.0 <= nap
+
+
+def test_threads_started_before_the_world_leave_its_waits_virtual():
+    release = threading.Event()
+    bystander = threading.Thread(target=release.wait)
+    bystander.start()
+    try:
+
+        def main() -> float:
+            start = now()
+            time.sleep(5)
+            return now() - start
+
+        assert danaus.sim.run(main).value == 5
+    finally:
+        release.set()
+        bystander.join()

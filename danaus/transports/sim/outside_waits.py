@@ -8,8 +8,8 @@ below, when made on the world's thread, run the world on instead of blocking:
 the simulation advances (in virtual time) until what they wait for happens or
 their timeout passes in virtual time, and they return then. Everywhere else
 they are the standard functions: on other threads, with no live simulated
-world, and while the program runs threads of its own (a wait may then be for
-one of them, which only real time can bring about).
+world, and while a thread started since the world began runs (a wait may then
+be for it, which only real time can bring about).
 
 Interposed, and restored to the very same functions when the last simulated
 world shuts down:
@@ -51,8 +51,8 @@ _queue_get = queue.Queue.get
 _queue_put = queue.Queue.put
 _sleep = time.sleep
 
-_worlds: list[SimWorld] = []
-"""The live simulated worlds of this process, newest last."""
+_worlds: dict[SimWorld, frozenset[threading.Thread]] = {}
+"""The live simulated worlds of this process, newest last, with the threads that ran before each."""
 
 
 def attach(world: SimWorld) -> None:
@@ -63,13 +63,12 @@ def attach(world: SimWorld) -> None:
         queue.Queue.get = _virtual_queue_get  # type: ignore[method-assign]
         queue.Queue.put = _virtual_queue_put  # type: ignore[method-assign]
         time.sleep = _virtual_sleep
-    _worlds.append(world)
+    _worlds[world] = frozenset(threading.enumerate())
 
 
 def detach(world: SimWorld) -> None:
     """``world`` has shut down; with the last one, the standard functions come back."""
-    if world in _worlds:
-        _worlds.remove(world)
+    _worlds.pop(world, None)
     if not _worlds:
         threading.Condition.wait = _condition_wait  # type: ignore[method-assign]
         threading.Condition.wait_for = _condition_wait_for  # type: ignore[method-assign]
@@ -81,18 +80,24 @@ def detach(world: SimWorld) -> None:
 def _world_here() -> SimWorld | None:
     """The world whose loop a wait made here must run, or None for a standard wait.
 
-    None as well while any other thread runs: then the wait may be one that
-    thread ends (``Thread.start`` waits for the new thread, for one), which no
-    amount of simulation could bring about.
+    None as well while a thread started since the world began runs: the wait
+    may then be one that thread ends (``Thread.start`` waits for the new
+    thread, for one), which no amount of simulation could bring about.
     """
-    if threading.active_count() > 1:
-        return None
     running = asyncio._get_running_loop()
     ident = threading.get_ident()
     for world in reversed(_worlds):
         if world.thread == ident and not world.loop.is_closed():
-            return world if running is None or running is world.loop else None
+            if running is not None and running is not world.loop:
+                return None
+            return None if _threads_since(world) else world
     return None
+
+
+def _threads_since(world: SimWorld) -> bool:
+    """Whether a thread started since ``world`` began is alive (or starting)."""
+    before = _worlds[world]
+    return any(thread not in before for thread in threading.enumerate())
 
 
 def _deadline(world: SimWorld, timeout: float | None) -> float:
