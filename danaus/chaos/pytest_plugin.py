@@ -1,4 +1,4 @@
-"""pytest integration: run a scenario over many seeds as parametrized tests.
+"""pytest integration: chaos scenarios over many seeds, and any suite on the simulator.
 
     @pytest.mark.chaos_seeds(0, 200)
     def test_store(chaos_seed):
@@ -7,10 +7,14 @@
 Each seed is a test of its own (``test_store[seed17]``); a failing one reports
 its plan, its violations and the command that replays it. ``--chaos-seeds
 START:STOP`` overrides every marker's range.
+
+``--danaus-sim`` runs every test of the session on the simulator, once per
+schedule seed of ``--danaus-seeds`` (see `danaus.chaos.sim_switch`).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,12 +27,43 @@ def pytest_addoption(parser: Any) -> None:
         metavar="START:STOP|N",
         help="run tests using chaos_seed over these seeds instead of their markers'",
     )
+    group = parser.getgroup("danaus", "Danaus simulator")
+    group.addoption(
+        "--danaus-sim",
+        action="store_true",
+        help="run every test on Danaus's simulator, once per schedule seed of --danaus-seeds",
+    )
+    group.addoption(
+        "--danaus-seeds",
+        default="0",
+        metavar="START:STOP|N",
+        help="the schedule seeds of --danaus-sim (default 0: the simulator's default schedule)",
+    )
+    group.addoption(
+        "--danaus-traces",
+        default=None,
+        metavar="DIR",
+        help="with --danaus-sim: write the traces of failing seeds to DIR (JSON lines, HTML, "
+        "Perfetto)",
+    )
 
 
 def pytest_configure(config: Any) -> None:
     config.addinivalue_line(
         "markers", "chaos_seeds(start, stop): run the test once per seed in range(start, stop)"
     )
+    if config.getoption("--danaus-sim"):
+        from danaus.chaos.runner import seed_range
+        from danaus.chaos.sim_switch import SimSwitch
+
+        try:
+            seeds = seed_range(config.getoption("--danaus-seeds"))
+        except ValueError as exc:
+            raise pytest.UsageError(f"--danaus-seeds: {exc}") from None
+        traces = config.getoption("--danaus-traces")
+        switch = SimSwitch(seeds, Path(traces).resolve() if traces else None)
+        config.pluginmanager.register(switch, "danaus-sim")
+        switch.pytest_configure(config)
 
 
 def pytest_generate_tests(metafunc: Any) -> None:

@@ -5,6 +5,11 @@ the ``run`` fixture, which runs it on the transport the test is parametrized
 with and returns what ``main`` returned. Runs on a cluster of hosts are marked
 ``multihost`` (select them with ``-m multihost``, leave them out with
 ``-m "not multihost"``); they are skipped where namespaces cannot be made.
+
+Over twenty schedule seeds of the simulator (a few minutes; not part of the
+default run):
+
+    pytest tests/conformance --danaus-sim --danaus-seeds 0:20
 """
 
 from __future__ import annotations
@@ -27,6 +32,22 @@ def _params() -> list[Any]:
         pytest.param(t, id=t.id, marks=[pytest.mark.multihost] if t.cluster else [])
         for t in available()
     ]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--danaus-sim`` only the simulator's instances of the suite run."""
+    if not config.getoption("--danaus-sim", default=False):
+        return
+    real = [item for item in items if _transport_of(item) not in (None, "sim")]
+    if real:
+        config.hook.pytest_deselected(items=real)
+        items[:] = [item for item in items if item not in real]
+
+
+def _transport_of(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    param = callspec.params.get("transport") if callspec is not None else None
+    return param.name if isinstance(param, Transport) else None
 
 
 @pytest.fixture(params=_params(), scope="module")

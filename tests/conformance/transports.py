@@ -27,6 +27,8 @@ class Transport:
     name: str
     run: Callable[..., Any]
     real: bool
+    options: dict[str, Any]
+    """What ``danaus.configure`` takes to select this transport for a test's own program."""
     cluster: bool = False
     """The job runs on a host of the namespace cluster, not on this one."""
 
@@ -65,9 +67,15 @@ def available() -> list[Transport]:
     real = ["tcp"]
     if importlib.util.find_spec("ucxx") is not None:
         real.append("ucx")
-    found = [Transport("sim", _run_sim, real=False)]
-    found += [Transport(name, _runner(name, **FAST_HEARTBEATS), real=True) for name in real]
+    found = [Transport("sim", _run_sim, real=False, options={"hosts": 2})]
     found += [
-        Transport(name, _runner(name, **FAST_HEARTBEATS), real=True, cluster=True) for name in real
+        Transport(name, _runner(name, **FAST_HEARTBEATS), real=True, options=FAST_HEARTBEATS)
+        for name in real
+    ]
+    found += [
+        Transport(
+            name, _runner(name, **FAST_HEARTBEATS), real=True, options=FAST_HEARTBEATS, cluster=True
+        )
+        for name in real
     ]
     return found

@@ -39,15 +39,14 @@ def create_world(**options: Any) -> SimWorld:
 
 
 def _main_loop() -> VirtualTimeLoop | None:
-    """The current world's loop, readied to run ``asyncio.run``'s main; None if it is not simulated.
+    """The current world's loop, for ``asyncio.run`` or a ``Runner``; None if it is not simulated.
 
-    Once main returns, the loop stops the simulated cluster before asyncio
-    cancels the tasks left.
+    Its meshes outlive each ``Runner.run`` call, and the runner or
+    ``asyncio.run`` that uses it too while procs the program spawned live.
     """
     world = config.current_world()
     if not isinstance(world, SimWorld) or world.loop.is_closed():
         return None
-    world.loop.after_main = world.finish_main
     return world.loop
 
 
@@ -109,11 +108,20 @@ def configured(
     seed: int = 0,
     network: NetworkModel | None = None,
     time_limit: float = math.inf,
+    schedule_seed: int | None = None,
 ) -> None:
     """Check the options and route ``asyncio.run`` to the simulator's loop."""
     if not isinstance(hosts, int) or isinstance(hosts, bool) or hosts < 1:
         raise ValueError(f"hosts must be a positive int, got {hosts!r}")
+    _check_schedule_seed(schedule_seed)
     route_asyncio_run()
+
+
+def _check_schedule_seed(schedule_seed: int | None) -> None:
+    if schedule_seed is not None and (
+        not isinstance(schedule_seed, int) or isinstance(schedule_seed, bool)
+    ):
+        raise ValueError(f"schedule_seed must be an int, got {schedule_seed!r}")
 
 
 def route_asyncio_run() -> None:
@@ -135,6 +143,7 @@ class SimRun:
     trace: Trace
     time: float
     seed: int
+    schedule_seed: int = 0
 
     @property
     def digest(self) -> str:
@@ -147,13 +156,17 @@ def run(
     hosts: int = 1,
     seed: int = 0,
     network: NetworkModel | None = None,
+    schedule_seed: int | None = None,
 ) -> SimRun:
     """Run ``main`` (sync or async) on a fresh simulated cluster of ``hosts`` hosts.
 
     Inside ``main``, ``this_host()`` is the controller's host and
     ``danaus.hosts()`` all of them. Every mesh is stopped when ``main`` returns.
+    ``schedule_seed`` (by default ``$DANAUS_SCHEDULE_SEED``, else 0) picks the
+    interleaving of concurrent events to explore; 0 is the default one.
     """
-    world = SimWorld(hosts=hosts, seed=seed, network=network)
+    _check_schedule_seed(schedule_seed)
+    world = SimWorld(hosts=hosts, seed=seed, network=network, schedule_seed=schedule_seed)
     previous = config.install(world)
     try:
         if inspect.iscoroutinefunction(main):
@@ -165,4 +178,10 @@ def run(
             world.shutdown()
         finally:
             config.install(previous)
-    return SimRun(value=value, trace=world.trace, time=world.env.now, seed=seed)
+    return SimRun(
+        value=value,
+        trace=world.trace,
+        time=world.env.now,
+        seed=seed,
+        schedule_seed=world.schedule_seed,
+    )

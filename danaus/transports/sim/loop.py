@@ -14,12 +14,19 @@ replays the same on this loop as it did on earlier versions of it:
    over 100 timers are cancelled, rebuild the heap without them);
 2. if no callback is ready and the loop is not stopping, advance the
    simulation: process every SimPy event up to the first timer's time (at most
-   a day ahead), returning as soon as an event has made a callback ready, and
-   otherwise move the clock to that time;
+   a day ahead), returning as soon as an event has made a callback ready (or
+   the condition of a watch hold), and otherwise move the clock to that time;
 3. move the timers due by now (within the monotonic clock's resolution, as
    asyncio does) to the ready queue, in heap order;
 4. run the callbacks that were ready when this step began; callbacks they
-   schedule run in the next iteration.
+   schedule run in the next iteration. A ``schedule`` (a `Schedule`), when
+   set, first picks the order in which they run and which of them wait for
+   the next iteration;
+5. tell the watches whose condition now holds (see `watch`).
+
+Code that blocks inside a callback can run the loop on (`run_nested`): a
+blocking wait outside Danaus, such as ``time.sleep`` in async code, lets the
+rest of the simulated world go on meanwhile, as it would on a real cluster.
 
 When the loop would wait with no timer and no simulation event left, nothing
 can ever happen again: it raises `SimulationStalled` instead of hanging. Past
@@ -42,7 +49,7 @@ import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable, Coroutine, Generator
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import simpy
 
@@ -165,11 +172,25 @@ def _stop_when_done(future: asyncio.Future[Any]) -> None:
     future.get_loop().stop()
 
 
+class Schedule(Protocol):
+    """Chooses the order of one iteration's ready callbacks (see the module docstring)."""
+
+    def order(self, batch: list[Handle]) -> tuple[list[Handle], list[Handle]]:
+        """Split ``batch`` into the callbacks to run now, in order, and those to run next time.
+
+        At least one callback runs now (so the loop makes progress).
+        """
+        ...
+
+
 class VirtualTimeLoop(asyncio.AbstractEventLoop):
     """A single-threaded asyncio loop running on a SimPy environment's clock.
 
-    ``before_close`` runs once when the loop is closed (the world shuts down
-    first, as under ``asyncio.run``); ``after_main`` once after the next
+    ``schedule``, if set, orders each iteration's ready callbacks.
+    ``keep_open`` and ``closes_asyncgen`` let a world outlive the uses of its
+    loop by ``asyncio.run`` and runners (see `close`). ``before_close`` runs
+    once when the loop is closed (the world shuts down first, as under
+    ``asyncio.run``); ``after_main`` once after the next
     ``run_until_complete``; ``describe_stall`` adds its explanation to the
     message of `SimulationStalled`. ``time_limit`` is the virtual time past
     which the loop raises `SimulationTimeLimit`.
@@ -181,6 +202,15 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
         self.before_close: Callable[[], None] | None = None
         self.after_main: Callable[[], None] | None = None
         self.describe_stall: Callable[[], str] | None = None
+        self.schedule: Schedule | None = None
+        self.keep_open: Callable[[], bool] | None = None
+        self.closes_asyncgen: Callable[[Any], bool] | None = None
+        """Which async generators `shutdown_asyncgens` closes (None: all of them)."""
+        self._watches: dict[asyncio.Future[None], Callable[[], bool]] = {}
+        """Futures to set once their condition holds, checked after each iteration."""
+        self._hold: Callable[[Handle], bool] | None = None
+        """While a callback runs the loop on (`run_nested`): which callbacks must wait for it."""
+        self._held: list[Handle] = []
         self._ready: deque[Handle] = deque()
         self._timers: list[tuple[float, TimerHandle]] = []
         """A heap of ``(when, handle)``: times compare in C, faster than handles would."""
@@ -266,10 +296,18 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
         return self._closed
 
     def close(self) -> None:
-        """Close; a world using this loop gets to shut down first (as under ``asyncio.run``)."""
+        """Close; a world using this loop gets to shut down first (as under ``asyncio.run``).
+
+        While ``keep_open()`` is true, the loop stays open instead, for its owner
+        to close later: ``asyncio.run`` or a ``Runner`` ending is then the end of
+        one use of the loop, and async generators may start again.
+        """
         if self._running:
             raise RuntimeError("Cannot close a running event loop")
         if self._closed:
+            return
+        if self.keep_open is not None and self.keep_open():
+            self._asyncgens_shutdown_called = False
             return
         if self.before_close is not None:
             hook, self.before_close = self.before_close, None
@@ -313,7 +351,7 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
     # ---- one iteration ----------------------------------------------------------------------
 
     def _run_once(self) -> None:
-        """One iteration: the four steps of the module docstring."""
+        """One iteration: the steps of the module docstring."""
         timers = self._timers
         ready = self._ready
         count = len(timers)
@@ -344,10 +382,23 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
             handle._scheduled = False
             ready.append(handle)
 
+        count = len(ready)
+        if self.schedule is not None and count > 1:
+            batch = [ready.popleft() for _ in range(count)]
+            first, later = self.schedule.order(batch)
+            ready.extend(first)
+            ready.extend(later)
+            count = len(first)
+        hold = self._hold
         popleft = ready.popleft
-        for _ in range(len(ready)):
+        for _ in range(count):
+            if not ready:  # a callback ran the loop on, and with it the rest of this batch
+                break
             handle = popleft()
             if handle._cancelled:
+                continue
+            if hold is not None and hold(handle):
+                self._held.append(handle)
                 continue
             try:
                 handle._context.run(handle._callback, *handle._args)
@@ -355,6 +406,67 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
                 raise
             except BaseException as exc:
                 self._callback_failed(handle, exc)
+
+        if self._watches:
+            self._check_watches()
+
+    def _a_watch_holds(self) -> bool:
+        return any(not f.done() and condition() for f, condition in self._watches.items())
+
+    def _check_watches(self) -> None:
+        for future, condition in list(self._watches.items()):
+            if future.done():
+                del self._watches[future]
+            elif condition():
+                del self._watches[future]
+                future.set_result(None)
+
+    def watch(self, condition: Callable[[], bool]) -> asyncio.Future[None]:
+        """A future set once ``condition()`` holds, checked after each iteration of the loop.
+
+        For waits on things outside Danaus that only the loop's own callbacks can
+        change (a ``threading.Event`` set by a fault hook, say). Cancel the
+        future to stop watching.
+        """
+        future = self.create_future()
+        self._watches[future] = condition
+        return future
+
+    def run_nested(
+        self,
+        future: asyncio.Future[Any],
+        hold: Callable[[Handle], bool],
+        timeout: float | None = None,
+    ) -> None:
+        """From inside a callback, run the loop until ``future`` is done or ``timeout`` has passed.
+
+        For code that blocks in a callback (a task's step): the rest of the
+        world runs meanwhile, but callbacks for which ``hold(handle)`` is true
+        (those of the blocked actor, which on a real transport could not run
+        on its blocked thread) wait until it returns, and then run first.
+        """
+        if asyncio._get_running_loop() is not self:
+            raise RuntimeError("run_nested() runs the loop from inside one of its own callbacks")
+        deadline = math.inf if timeout is None else self.env.now + timeout
+        timer = None if timeout is None else self.call_at(deadline, _nothing)
+        task = asyncio.current_task(self)
+        outer_hold, outer_held, stopping = self._hold, self._held, self._stopping
+        self._hold, self._held, self._stopping = hold, [], False
+        if task is not None:
+            asyncio.tasks._leave_task(self, task)
+        try:
+            while not future.done() and self.env.now < deadline:
+                self._run_once()
+                if self._stopping:  # for the outer run, once this one returns
+                    stopping, self._stopping = True, False
+        finally:
+            if task is not None:
+                asyncio.tasks._enter_task(self, task)
+            if timer is not None:
+                timer.cancel()
+            self._ready.extendleft(reversed(self._held))
+            self._hold, self._held = outer_hold, outer_held
+            self._stopping = self._stopping or stopping
 
     def _purge_cancelled_timers(self) -> None:
         kept = []
@@ -384,7 +496,7 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
             if upcoming == math.inf or upcoming > deadline:
                 break
             env.step()
-            if ready:
+            if ready or (self._watches and self._a_watch_holds()):
                 return
         if capped:
             raise SimulationTimeLimit(f"the simulation ran past its time limit of {limit:g} s")
@@ -501,7 +613,8 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
                 stacklevel=2,
                 source=self,
             )
-        self._asyncgens.add(agen)
+        if self.closes_asyncgen is None or self.closes_asyncgen(agen):
+            self._asyncgens.add(agen)
 
     def _asyncgen_finalized(self, agen: Any) -> None:
         self._asyncgens.discard(agen)
@@ -594,6 +707,10 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
             "set_default_executor() is not available on the simulator: threads do not run in "
             "virtual time"
         )
+
+
+def _nothing() -> None:
+    """A timer's callback that only makes the clock reach its time."""
 
 
 def _check_callback(callback: Any, method: str) -> None:

@@ -235,6 +235,8 @@ class SimNetwork:
         self._links: dict[tuple[str, str], _Link] = {}
         self.on_silent: Callable[[str], None] | None = None
         self.controller_host: str | None = None
+        self.extra_delay: Callable[[], float] | None = None
+        """An extra latency for each message (schedule exploration), or None."""
 
     def add_host(self, name: str) -> None:
         self.hosts[name] = _Host(name)
@@ -429,6 +431,8 @@ class SimNetwork:
             bandwidth = model.bandwidth * dst_host.bandwidth_factor
             arrival = dst_host.rx.serve(done + delay, size / bandwidth)
         arrival += sender.slowness + receiver.slowness
+        if self.extra_delay is not None:
+            arrival += self.extra_delay()
         pair = (message.src, message.dst)
         last = self._last_arrival.get(pair, 0.0)
         if arrival < last:

@@ -6,10 +6,13 @@ import asyncio
 import inspect
 import logging
 import math
+import os
 import random
 import signal
+import threading
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 import simpy
@@ -27,10 +30,15 @@ from danaus.core.serialize import loads
 from danaus.core.trace import Trace
 from danaus.core.transport import ROOT, ActorRunner, Launcher, ProcSpec, World
 from danaus.core.waits import describe_waits
-from danaus.transports.sim.loop import VirtualTimeLoop
+from danaus.transports.sim import outside_waits
+from danaus.transports.sim.loop import Handle, VirtualTimeLoop
 from danaus.transports.sim.network import LIVE, NetworkModel, SimNetwork
+from danaus.transports.sim.schedule import Exploration, owner_of, seed_from_environment
 
 log = logging.getLogger("danaus.sim")
+
+TRACE_DIR = "DANAUS_TRACE_DIR"
+"""The environment variable naming a folder where each simulated world writes its trace."""
 
 SHUTDOWN_TIME = 3 * STOP_TIMEOUT
 """Simulated seconds a shutdown may spend stopping meshes gracefully before it halts them."""
@@ -104,6 +112,18 @@ class SimFaults(Faults):
         return _all(self._network.hold(src, dst) for src, dst in pairs)
 
 
+def _steps_task(handle: Handle, which: Callable[[asyncio.Task[Any]], bool]) -> bool:
+    """Whether ``handle`` steps or wakes a task for which ``which(task)`` holds."""
+    task = getattr(handle._callback, "__self__", None)
+    return isinstance(task, asyncio.Task) and which(task)
+
+
+def _is_danaus_coroutine(coro: Any) -> bool:
+    """Whether ``coro`` is Danaus's own code (a runtime task) rather than the program's."""
+    frame = getattr(coro, "cr_frame", None)
+    return frame is not None and frame.f_globals.get("__name__", "").startswith("danaus.")
+
+
 def _all(heals: Iterable[Heal]) -> Heal:
     """One heal for several faults, undone in the order they were made."""
     done = list(heals)
@@ -120,7 +140,10 @@ class SimWorld(World):
 
     While the world runs, the global `random` module is seeded with ``seed``, so
     user code that draws from it replays exactly; its previous state comes back
-    at shutdown.
+    at shutdown. Waits outside Danaus on its thread run it on virtual time
+    (`outside_waits`). ``schedule_seed`` (by default ``DANAUS_SCHEDULE_SEED``,
+    else 0) picks the interleaving explored (`schedule`); 0 perturbs nothing.
+    When ``DANAUS_TRACE_DIR`` is set, the world writes its trace there at shutdown.
     """
 
     name = "sim"
@@ -133,13 +156,18 @@ class SimWorld(World):
         seed: int = 0,
         network: NetworkModel | None = None,
         time_limit: float = math.inf,
+        schedule_seed: int | None = None,
     ) -> None:
         if not isinstance(hosts, int) or isinstance(hosts, bool) or hosts < 1:
             raise ValueError(f"hosts must be a positive int, got {hosts!r}")
         self.seed = seed
+        self.schedule_seed = seed_from_environment() if schedule_seed is None else schedule_seed
+        self.thread = threading.get_ident()
         self.env = simpy.Environment()
         self.loop = VirtualTimeLoop(self.env)
-        self.loop.before_close = self.shutdown
+        self.loop.keep_open = self._has_procs
+        self.loop.before_close = self._loop_closing
+        self.loop.closes_asyncgen = lambda _: peek_context() is None
         self.loop.time_limit = time_limit
         self.loop.describe_stall = self._describe_stall
         self.trace = Trace(self.loop.time)
@@ -155,11 +183,16 @@ class SimWorld(World):
         )
         self.random = random.Random(self.rng.random())
         self.network.on_silent = self._silent
+        if self.schedule_seed:
+            exploration = Exploration(self.schedule_seed)
+            self.loop.schedule = exploration
+            self.network.extra_delay = exploration.delay
         self.faults = SimFaults(self)
         self._aborted = False
         self.launcher = SimLauncher(self)
         self.procs: dict[str, Runtime] = {}
         self._tasks: dict[str, weakref.WeakSet[asyncio.Task[Any]]] = {}
+        self._cluster_tasks: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
         self.loop.set_task_factory(self._make_task)
         self._runner = GreenletRunner(self.loop)
         self._hosts = NumberedNames("h", hosts)
@@ -170,6 +203,7 @@ class SimWorld(World):
             self.boot(host, host, {HOST_AGENT: HostAgent})
         self._root = self.boot(ROOT, self._hosts[0])
         self.network.controller_host = self._hosts[0]
+        outside_waits.attach(self)
 
     @property
     def root(self) -> Runtime:
@@ -211,13 +245,40 @@ class SimWorld(World):
             task.cancel()
 
     def _make_task(self, loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> Any:
-        """Every task remembers the proc whose code started it, so a crash can end them all."""
+        """Every task remembers the proc whose code started it, so a crash can end them all.
+
+        Tasks of the simulated cluster (started by an actor, or by Danaus itself)
+        are hidden from ``asyncio.all_tasks()``, as they would live on other
+        threads and processes on a real transport: so the end of an
+        ``asyncio.run`` or an ``asyncio.Runner`` cancels only the controller's
+        own tasks. While procs the program spawned live, the loop stays open
+        for the world when they close it, so meshes live on until they are
+        stopped or the world shuts down.
+        """
         task = asyncio.Task(coro, loop=loop, **kwargs)
         ctx = peek_context()
         if ctx is not None:
             proc = ctx.actor_instance._runtime.proc_id
             self._tasks.setdefault(proc, weakref.WeakSet()).add(task)
+        if ctx is not None or _is_danaus_coroutine(coro):
+            asyncio.tasks._unregister_task(task)
+            self._cluster_tasks.add(task)
         return task
+
+    def held_while_blocked(self) -> Callable[[Handle], bool]:
+        """Which callbacks must wait while the code running now blocks outside Danaus.
+
+        Those of its own actor, or, for the controller's code, those of the
+        controller's tasks: on a real transport, they share its blocked thread.
+        """
+        ctx = peek_context()
+        if ctx is not None:
+            actor = ctx.actor_instance
+            return lambda handle: owner_of(handle) is actor
+        return lambda handle: _steps_task(handle, self._is_controller_task)
+
+    def _is_controller_task(self, task: asyncio.Task[Any]) -> bool:
+        return task not in self._cluster_tasks
 
     def worker_procs(self, host: str) -> list[str]:
         return sorted(
@@ -246,18 +307,24 @@ class SimWorld(World):
     def _describe_stall(self) -> str:
         return describe_waits(self.procs.values())
 
-    def finish_main(self) -> None:
-        """``asyncio.run``'s main returned: stop everything, leaving the loop for it to close."""
+    def _has_procs(self) -> bool:
+        """Whether a proc spawned by the program still lives (then the world outlives its loop's
+        ``asyncio.run`` or ``Runner``, as a real cluster would)."""
+        return not self._closed and any(
+            proc != ROOT and proc not in self._hosts_set for proc in self.procs
+        )
+
+    def _loop_closing(self) -> None:
+        """The loop is being closed and no proc of the program lives: shut down, and be forgotten.
+
+        The next use of Danaus makes a new world.
+        """
         self.shutdown(close_loop=False)
         if config.installed() is self:
             config.install(None)
 
-    def shutdown(self, close_loop: bool = True) -> None:
-        if self._closed:
-            return
-        if self.loop.is_running():
-            raise RuntimeError("shut the simulator down from outside its event loop")
-        self._closed = True
+    def _stop_everything(self) -> None:
+        """Stop the meshes gracefully (for a while), then halt every proc and end every task."""
         self.loop.time_limit = self.env.now + SHUTDOWN_TIME
         if not self._aborted:
             try:
@@ -267,8 +334,33 @@ class SimWorld(World):
         for proc in list(self.procs):
             self.halt(proc)
         self.loop.time_limit = math.inf
+        for task in self._cluster_tasks:
+            asyncio.tasks._register_task(task)  # cancelled below, with every other task left
         self.loop.run_until_complete(cancel_leftover_tasks())
-        self.loop.before_close = None
-        random.setstate(self._global_random)
+
+    def _write_trace(self) -> None:
+        """Save the trace as JSON lines in ``$DANAUS_TRACE_DIR``, if set (for a test's report)."""
+        folder = os.environ.get(TRACE_DIR)
+        if not folder:
+            return
+        path = Path(folder)
+        path.mkdir(parents=True, exist_ok=True)
+        name = f"seed{self.seed}-schedule{self.schedule_seed}-pid{os.getpid()}"
+        taken = len(list(path.glob(f"{name}-*.jsonl")))
+        self.trace.write(path / f"{name}-{taken}.jsonl")
+
+    def shutdown(self, close_loop: bool = True) -> None:
+        if self._closed:
+            return
+        if self.loop.is_running():
+            raise RuntimeError("shut the simulator down from outside its event loop")
+        self._closed = True
+        try:
+            self._stop_everything()
+        finally:
+            self.loop.before_close = None
+            random.setstate(self._global_random)
+            outside_waits.detach(self)
+        self._write_trace()
         if close_loop:
             self.loop.close()
