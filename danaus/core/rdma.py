@@ -11,6 +11,7 @@ another.
 from __future__ import annotations
 
 import asyncio
+import math
 import sys
 import warnings
 from collections.abc import Callable, Coroutine
@@ -28,6 +29,46 @@ DEFAULT_TIMEOUT = 60.0
 
 class RDMAFallbackWarning(UserWarning):
     """The transport moves RDMABuffer data over its sockets, not over RDMA hardware."""
+
+
+class RDMAError(RuntimeError):
+    """The owner's side refused a transfer of a buffer (a remote access error): names the buffer.
+
+    ``handle`` is the buffer's handle. On RDMA hardware the owner's NIC refuses
+    a transfer whose key or range it does not know: the buffer was dropped, or
+    the handle does not describe registered memory.
+    """
+
+    def __init__(self, message: str, handle: MemoryHandle | None = None) -> None:
+        super().__init__(message)
+        self.handle = handle
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RDMAError, (str(self), self.handle))
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """GPU memory handed to a transport whose `memory_devices` include its kind.
+
+    ``pointer`` is the device address of the first byte; ``owner`` is the
+    object (a tensor, a CuPy array) that keeps the memory allocated.
+    """
+
+    kind: str
+    pointer: int
+    nbytes: int
+    owner: Any
+
+    def __getitem__(self, part: slice) -> DeviceMemory:
+        start, stop, step = part.indices(self.nbytes)
+        if step != 1:
+            raise ValueError("device memory is sliced in contiguous ranges only")
+        return DeviceMemory(self.kind, self.pointer + start, max(0, stop - start), self.owner)
+
+
+Memory = memoryview | DeviceMemory
+"""What `as_bytes` gives a transport: CPU memory as bytes, or GPU memory as a `DeviceMemory`."""
 
 
 @dataclass(frozen=True)
@@ -66,9 +107,13 @@ def _runtime() -> Runtime:
     return context().actor_instance._runtime
 
 
+def _device_of(data: Any) -> str:
+    return getattr(getattr(data, "device", None), "type", "cpu")
+
+
 def _check_device(data: Any, transport: Transport) -> None:
     """GPU memory only where the transport can reach it; a clear error elsewhere."""
-    device = getattr(getattr(data, "device", None), "type", "cpu")
+    device = _device_of(data)
     if device not in transport.memory_devices:
         raise ValueError(
             f"the {transport.memory_backend} RDMA backend cannot reach {device} memory "
@@ -76,8 +121,11 @@ def _check_device(data: Any, transport: Transport) -> None:
         )
 
 
-def as_bytes(data: Any, *, writable: bool, what: str) -> memoryview:
-    """A flat byte view of ``data``'s memory, without copying it."""
+def as_bytes(data: Any, *, writable: bool, what: str) -> Memory:
+    """A flat byte view of ``data``'s memory, or its `DeviceMemory` on a GPU, without copying it."""
+    device = _device_of(data)
+    if device != "cpu":
+        return _device_memory(data, device, writable=writable, what=what)
     if isinstance(data, memoryview):
         view = data
     elif isinstance(data, (bytes, bytearray)):
@@ -100,6 +148,24 @@ def as_bytes(data: Any, *, writable: bool, what: str) -> memoryview:
     if writable and view.readonly:
         raise ValueError(f"{what} must be writable")
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+
+
+def _device_memory(data: Any, kind: str, *, writable: bool, what: str) -> DeviceMemory:
+    """GPU memory described by the CUDA array interface (torch, CuPy, Numba), checked."""
+    source = data.detach() if hasattr(data, "detach") else data
+    interface = getattr(source, "__cuda_array_interface__", None)
+    if interface is None:
+        raise TypeError(f"{what} on {kind} must expose __cuda_array_interface__")
+    shape = tuple(interface["shape"])
+    itemsize = int(interface["typestr"][2:])
+    strides = interface.get("strides")
+    expected = tuple(itemsize * math.prod(shape[i + 1 :]) for i in range(len(shape)))
+    if strides is not None and tuple(strides) != expected:
+        raise ValueError(f"{what} must be contiguous")
+    pointer, readonly = interface["data"]
+    if writable and readonly:
+        raise ValueError(f"{what} must be writable")
+    return DeviceMemory(kind, int(pointer), itemsize * math.prod(shape), data)
 
 
 _warned = False
@@ -162,7 +228,7 @@ class RDMABuffer:
         """Copy ``src`` (at most `size` bytes) into the start of the buffer."""
         return self._write(self._source(src), timeout)
 
-    def _destination(self, dst: Any) -> memoryview:
+    def _destination(self, dst: Any) -> Memory:
         _check_device(dst, _runtime().transport)
         view = as_bytes(dst, writable=True, what="read_into's destination")
         if view.nbytes < self.size():
@@ -171,17 +237,17 @@ class RDMABuffer:
             )
         return view[: self.size()]
 
-    def _source(self, src: Any) -> memoryview:
+    def _source(self, src: Any) -> Memory:
         _check_device(src, _runtime().transport)
         view = as_bytes(src, writable=False, what="write_from's source")
         if view.nbytes > self.size():
             raise ValueError(f"write_from has {view.nbytes} bytes for a buffer of {self.size()}")
         return view
 
-    def _read(self, view: memoryview, timeout: float) -> Future[None]:
+    def _read(self, view: Memory, timeout: float) -> Future[None]:
         return self._transfer(lambda t: t.read(self._handle, 0, view), timeout)
 
-    def _write(self, view: memoryview, timeout: float) -> Future[None]:
+    def _write(self, view: Memory, timeout: float) -> Future[None]:
         return self._transfer(lambda t: t.write(self._handle, 0, view), timeout)
 
     def drop(self) -> Future[None]:
@@ -214,10 +280,23 @@ class RDMABuffer:
 
 
 class RDMAAction:
-    """Several transfers submitted together and run concurrently."""
+    """Several transfers submitted together and run concurrently.
+
+    `read_remote` and `write_remote` are Monarch's current names, local memory
+    as ``dst`` or ``src`` like ``memcpy``; `read_into` and `write_from` take
+    the buffer first, as before.
+    """
 
     def __init__(self) -> None:
         self._steps: list[Callable[[float], Future[None]]] = []
+
+    def read_remote(self, dst: Any, src: RDMABuffer) -> RDMAAction:
+        """Add a read of buffer ``src`` into local memory ``dst`` (checked now)."""
+        return self.read_into(src, dst)
+
+    def write_remote(self, dst: RDMABuffer, src: Any) -> RDMAAction:
+        """Add a write of local memory ``src`` into buffer ``dst`` (checked now)."""
+        return self.write_from(dst, src)
 
     def read_into(self, buffer: RDMABuffer, dst: Any) -> RDMAAction:
         """Add a read of ``buffer`` into ``dst`` (checked now)."""
