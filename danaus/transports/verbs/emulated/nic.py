@@ -335,7 +335,11 @@ class Nic:
     def _next_timer(self) -> float | None:
         now = time.monotonic()
         due = [qp.deadline for qp in self.qps.values() if qp.deadline is not None]
-        due += [qp.rnr_until for qp in self.qps.values() if qp.rnr_until > now and qp.send_queue]
+        due += [
+            qp.rnr_until
+            for qp in self.qps.values()
+            if qp.send_queue and qp.state is QpState.RTS
+        ]
         return max(0.0, min(due) - now) if due else None
 
     # ---- links ----------------------------------------------------------------------------
