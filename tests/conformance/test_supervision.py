@@ -294,7 +294,7 @@ while True:
     )
     result = subprocess.run(
         [sys.executable, str(script)],
-        env={**os.environ, "DANAUS_TRANSPORT": transport.name},
+        env={**os.environ, **transport.environment, "DANAUS_TRANSPORT": transport.name},
         capture_output=True,
         text=True,
         timeout=120,

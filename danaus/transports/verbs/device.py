@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -103,11 +103,11 @@ class Endpoint(msgspec.Struct, frozen=True, array_like=True):
     subnets. ``psn`` is the first packet sequence number this side sends.
     """
 
-    lid: int
-    gid: bytes
-    qpn: int
-    psn: int
-    mtu: int
+    lid: Annotated[int, msgspec.Meta(ge=0, lt=1 << 16)]
+    gid: Annotated[bytes, msgspec.Meta(min_length=16, max_length=16)]
+    qpn: Annotated[int, msgspec.Meta(ge=0, lt=1 << 24)]
+    psn: Annotated[int, msgspec.Meta(ge=0, lt=1 << 24)]
+    mtu: Annotated[int, msgspec.Meta(ge=1, le=5)]
 
 
 @dataclass(frozen=True)

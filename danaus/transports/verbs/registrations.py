@@ -159,4 +159,3 @@ class Registrations:
         if entry in self._entries:
             self._entries.remove(entry)
         self._device.deregister(entry.region)
-

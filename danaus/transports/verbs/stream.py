@@ -70,15 +70,16 @@ class Outgoing:
     """One message's bytes on the stream, and the pins of the frames the peer will read."""
 
     def __init__(
-        self, frames: Sequence[Any], pin: Callable[[memoryview], Pin], inline_limit: int
+        self, frames: Sequence[Any], pin: Callable[[memoryview], Pin | None], inline_limit: int
     ) -> None:
+        """``pin`` registers a large frame for the peer to read (None: it goes inline after all)."""
         views = [memoryview(frame).cast("B") for frame in frames]
         entries = [_COUNT.pack(len(views))]
         self.pins: list[Pin] = []
         self._pieces: deque[memoryview] = deque()
         for view in views:
-            if view.nbytes > inline_limit:
-                pinned = pin(view)
+            pinned = pin(view) if view.nbytes > inline_limit else None
+            if pinned is not None:
                 self.pins.append(pinned)
                 entries.append(_ENTRY.pack(view.nbytes, pinned.iova(), pinned.rkey, 1))
             else:

@@ -162,4 +162,3 @@ class EmulatedDevice(Device):
 
     def close(self) -> None:
         self._nic.close()
-

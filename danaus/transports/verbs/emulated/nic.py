@@ -336,9 +336,7 @@ class Nic:
         now = time.monotonic()
         due = [qp.deadline for qp in self.qps.values() if qp.deadline is not None]
         due += [
-            qp.rnr_until
-            for qp in self.qps.values()
-            if qp.send_queue and qp.state is QpState.RTS
+            qp.rnr_until for qp in self.qps.values() if qp.send_queue and qp.state is QpState.RTS
         ]
         return max(0.0, min(due) - now) if due else None
 
@@ -677,8 +675,10 @@ class Nic:
             if qp.deadline is None or now < qp.deadline or qp.state is not QpState.RTS:
                 continue
             link = self._links.get(qp.remote_gid)
-            if link is not None and link.outgoing and now - link.last_progress < ack_timeout(
-                qp.timeouts
+            if (
+                link is not None
+                and link.outgoing
+                and now - link.last_progress < ack_timeout(qp.timeouts)
             ):
                 qp.deadline = now + ack_timeout(qp.timeouts)
             elif qp.retries_left == 0:
