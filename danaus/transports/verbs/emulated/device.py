@@ -141,6 +141,11 @@ class EmulatedDevice(Device):
         """What the device did: receiver-not-ready and remote access answers, retransmissions."""
         return self._nic.counters
 
+    def unanswered(self) -> int:
+        """Send work requests posted on this device and not completed yet."""
+        with self._nic.lock:
+            return sum(len(qp.send_queue) + len(qp.in_flight) for qp in self._nic.qps.values())
+
     def register(self, address: int, length: int, access: Access, keep: Any) -> MemoryRegion:
         lkey = self._nic.new_key()
         rkey = self._nic.new_key()
