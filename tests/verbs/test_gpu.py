@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import mmap
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -175,6 +176,14 @@ def test_the_registration_cache_registers_gpu_memory_once():
     plain = Registrations(device)
     with pytest.raises(ValueError, match="cannot register cuda memory"):
         plain.pin(memory(), Access.LOCAL_WRITE)
+
+
+def test_cpu_memory_never_loads_the_cuda_driver():
+    registrations = Registrations(FakeDevice(), gpu=gpu.register_cuda)
+    registrations.release(registrations.pin(memoryview(bytearray(4096)), REMOTE))
+    assert as_bytes(bytearray(8), writable=True, what="x").nbytes == 8
+    assert gpu._driver is None
+    assert "libcuda" not in Path("/proc/self/maps").read_text()
 
 
 class FakeCudaArray:
