@@ -14,10 +14,12 @@ install: $(STAMP)
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# torch is pinned and installed on its own, before the package and its extras.
-$(STAMP): pyproject.toml | $(BIN)/python
+# torch is pinned and installed on its own, before the package and its extras. pyverbs, for the
+# verbs transport on RDMA hardware, comes from the system (tools/pyverbs.sh).
+$(STAMP): pyproject.toml tools/pyverbs.sh | $(BIN)/python
 	$(BIN)/pip install torch==2.13.0 numpy
 	$(BIN)/pip install -e ".[test,docs,ucx]"
+	bash tools/pyverbs.sh $(VENV)
 	touch $@
 
 demo: install
