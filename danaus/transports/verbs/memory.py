@@ -68,7 +68,7 @@ class LocalBuffers:
         self._keys = itertools.count(1)
 
     def register(self, memory: Memory) -> VerbsHandle:
-        pin = self._registrations.pin(memory, REMOTE)
+        pin = self._registrations.pin(memory, REMOTE, own=True)
         with self._lock:
             key = next(self._keys)
             self._buffers[key] = (memory, pin)

@@ -82,7 +82,7 @@ class MessageChannel(Channel):
         self._deliver = deliver
         self._unreachable = unreachable
         self._arena = allocate((RECEIVES + SEND_SLOTS) * BUFFER_BYTES)
-        self._arena_pin = context.registrations.pin(self._arena, Access.LOCAL_WRITE, cache=False)
+        self._arena_pin = context.registrations.pin(self._arena, Access.LOCAL_WRITE, private=True)
         self.credits = Credits(RECEIVES)
         self._free_slots = list(range(RECEIVES, RECEIVES + SEND_SLOTS))
         self._queue: deque[list[Any]] = deque()
@@ -226,7 +226,7 @@ class MessageChannel(Channel):
             return
         for frame in message.remote:
             target = message.frames[frame.index]
-            pin = self.context.registrations.pin(target, Access.LOCAL_WRITE, cache=False)
+            pin = self.context.registrations.pin(target, Access.LOCAL_WRITE, private=True)
             delivery.pins.append(pin)
             largest = self.context.device.port.max_message
             for start in range(0, frame.size, largest):

@@ -1,14 +1,17 @@
 """Registered memory, and the cache that makes registering the same memory again free.
 
 Registering memory pins its pages and costs a system call per region (tens of
-microseconds, and more per gigabyte), so a registration is looked up before a
-new one is made: memory inside a region already registered with at least the
-access wanted reuses that region. Each use pins its region; when the last pin
-goes, a region others could reach (remote write access: the memory of an
-`RDMABuffer`) is deregistered at once, so its key stops working when the
-buffer is dropped. Other regions (a transfer's local memory, a large frame a
-peer reads) stay registered, idle, while their bytes fit in ``cache_bytes``,
+microseconds, and more per gigabyte), so the memory a transfer reads into or
+writes from, and the large frames a peer reads, are looked up first: memory
+inside a region already registered with at least the access wanted reuses
+that region. Each use pins its region. When the last pin goes, the region
+stays registered, idle, while the idle regions' bytes fit in ``cache_bytes``,
 the least recently used going first.
+
+The memory of an `RDMABuffer` is always registered anew, so that each buffer
+has a key of its own, and it is deregistered when the buffer is dropped (its
+last pin goes): from then on its key opens nothing. Transfers of this process
+may reuse its region meanwhile, and keep it registered until they end.
 
 A cached region keeps the object whose memory it covers alive (the cache
 holds a reference), so its pages cannot be freed and reused under it: a
@@ -90,22 +93,26 @@ class Registrations:
         self.registered = 0
         """Regions registered with the device so far (misses of the cache)."""
 
-    def pin(self, memory: Memory, access: Access, *, cache: bool = True) -> Pin:
+    def pin(
+        self, memory: Memory, access: Access, *, own: bool = False, private: bool = False
+    ) -> Pin:
         """Registered memory covering ``memory`` with at least ``access``; release it after use.
 
-        ``cache=False`` registers memory that will not be used again (a
-        received buffer handed to the program) outside the cache.
+        ``own``: a registration of its own (an `RDMABuffer`'s), which later
+        pins may share. ``private``: a registration for this use alone, outside
+        the cache (memory that will not be used again, such as a received
+        buffer handed to the program).
         """
         if isinstance(memory, DeviceMemory):
             address, length, kind = memory.pointer, memory.nbytes, memory.kind
         else:
             address, length, kind = address_of(memory), memory.nbytes, "cpu"
         with self._lock:
-            entry = self._find(address, length, access, kind) if cache else None
+            entry = None if own or private else self._find(address, length, access, kind)
             if entry is None:
                 entry = _Entry(self._register(memory, address, length, access), access, kind)
                 self.registered += 1
-                if cache:
+                if not private:
                     self._entries.append(entry)
             elif entry in self._idle:
                 del self._idle[entry]

@@ -56,9 +56,12 @@ READS_PER_WAKE = 64
 INFINITE_RNR_RETRY = 7
 
 
-def memory_at(address: int, length: int) -> memoryview:
-    """The ``length`` bytes at ``address`` of this process, as a writable view."""
-    return memoryview((ctypes.c_char * length).from_address(address)).cast("B")
+def memory_at(address: int, length: int, keep: Any) -> memoryview:
+    """The ``length`` bytes at ``address`` of this process, as a writable view that keeps
+    ``keep`` (what owns the memory) alive as long as it lives, queued or not."""
+    array = (ctypes.c_char * length).from_address(address)
+    array.keep = keep  # type: ignore[attr-defined]
+    return memoryview(array).cast("B")
 
 
 @dataclass
@@ -533,7 +536,7 @@ class Nic:
             self._answer(qp, Kind.NAK, psn, Nak.REMOTE_ACCESS)
             self._error(qp)
             return
-        memory = memory_at(header.address, header.length)
+        memory = memory_at(header.address, header.length, region.keep)
         if kind is Kind.READ:
             if psn == qp.expected:
                 qp.expected += 1
@@ -548,7 +551,10 @@ class Nic:
                 qp.expected += 1
                 self._answer(qp, Kind.ACK, psn)
 
-        self._expect_payload(link, length, memory, written, lambda: qp.state is not QpState.ERR)
+        def wanted() -> bool:
+            return qp.state is not QpState.ERR and self.regions.get(header.rkey) is region
+
+        self._expect_payload(link, length, memory, written, wanted)
 
     def _receive_send(self, link: _Link, qp: Qp, header: Header) -> None:
         psn = header.psn
@@ -573,10 +579,10 @@ class Nic:
                 self._complete(qp, receive.wr_id, WcStatus.SUCCESS, WcOpcode.RECV, header.length)
                 self._answer(qp, Kind.ACK, psn)
 
-        target = memory[: header.length]
-        self._expect_payload(
-            link, header.length, target, received, lambda: qp.state is not QpState.ERR
-        )
+        def wanted() -> bool:
+            return qp.state is not QpState.ERR and receive.lkey in self._by_lkey
+
+        self._expect_payload(link, header.length, memory[: header.length], received, wanted)
 
     def _response(self, link: _Link, qp: Qp, header: Header) -> None:
         request = qp.in_flight[0]
@@ -594,7 +600,7 @@ class Nic:
                 if qp.state is not QpState.RTS or not qp.in_flight:
                     return False
                 self._progress(qp)
-                return qp.in_flight[0] is request
+                return qp.in_flight[0] is request and request.lkey in self._by_lkey
 
             self._expect_payload(
                 link, header.length, memory, lambda: self._done(qp, request), wanted
@@ -697,7 +703,7 @@ class Nic:
             return None
         if write and not region.access & Access.LOCAL_WRITE:
             return None
-        return memory_at(address, length)
+        return memory_at(address, length, region.keep)
 
     def _complete(
         self, qp: Qp, wr_id: int, status: WcStatus, opcode: WcOpcode, length: int
