@@ -67,8 +67,17 @@ class Channel:
         self.state = "offered"
         self.psn = random.randrange(1 << 24)
         self.cq = context.device.completion_queue(max_send + max_recv)
-        self.qp = context.device.queue_pair(self.cq, max_send, max_recv)
-        self.qp.to_init(access)
+        try:
+            self.qp = context.device.queue_pair(self.cq, max_send, max_recv)
+        except DeviceError:
+            self.cq.close()
+            raise
+        try:
+            self.qp.to_init(access)
+        except DeviceError:
+            self.qp.close()
+            self.cq.close()
+            raise
         self._fd = self.cq.fileno()
         if self._fd is not None:
             context.io.add_reader(self._fd, self._woken)

@@ -82,7 +82,13 @@ class MessageChannel(Channel):
         self._deliver = deliver
         self._unreachable = unreachable
         self._arena = allocate((RECEIVES + SEND_SLOTS) * BUFFER_BYTES)
-        self._arena_pin = context.registrations.pin(self._arena, Access.LOCAL_WRITE, private=True)
+        try:
+            self._arena_pin = context.registrations.pin(
+                self._arena, Access.LOCAL_WRITE, private=True
+            )
+        except DeviceError:
+            Channel.close(self)
+            raise
         self.credits = Credits(RECEIVES)
         self._free_slots = list(range(RECEIVES, RECEIVES + SEND_SLOTS))
         self._queue: deque[list[Any]] = deque()
@@ -211,8 +217,12 @@ class MessageChannel(Channel):
             return
         self._post_receive(index)
         self.credits.reposted()
-        for message in arrived:
-            self._arrived(message)
+        try:
+            for message in arrived:
+                self._arrived(message)
+        except DeviceError as exc:
+            self.broken(f"registering memory for a message failed: {exc}")
+            return
         self._start_reads()
         self._deliver_ready()
         self.pump()

@@ -28,7 +28,7 @@ from danaus.transports.tcp.ioloop import IoLoop
 from danaus.transports.tcp.limits import Limits
 from danaus.transports.verbs import setup
 from danaus.transports.verbs.channel import POLL_INTERVAL, Channel, Context
-from danaus.transports.verbs.device import Device, Timeouts
+from danaus.transports.verbs.device import Device, DeviceError, Timeouts
 from danaus.transports.verbs.memory import (
     LocalBuffers,
     MemoryChannel,
@@ -139,8 +139,13 @@ class VerbsPlane:
         peer = self._peer(operation.handle.owner)
         if peer.unreachable:
             peer.parked.append(operation)
-        else:
-            self._memory(peer).submit(operation)
+            return
+        try:
+            channel = self._memory(peer)
+        except DeviceError as exc:
+            finish(self.registrations, operation, exc)
+            return
+        channel.submit(operation)
 
     def abort(self, operation: Operation) -> None:
         """Give ``operation`` up; when this returns the device writes nothing more for it."""
@@ -168,8 +173,14 @@ class VerbsPlane:
         if dest in self._forgotten or self._closed:
             return
         peer = self._peer(dest)
-        if not peer.unreachable:
-            self._messages(peer).send(message)
+        if peer.unreachable:
+            return
+        try:
+            channel = self._messages(peer)
+        except DeviceError as exc:
+            self._channel_failed(dest, f"no message channel could be made: {exc}")
+            return
+        channel.send(message)
 
     def _peer(self, name: str) -> _Peer:
         peer = self._peers.get(name)
@@ -220,12 +231,17 @@ class VerbsPlane:
         if offer.channel == setup.MEMORY:
             if peer.served is not None:
                 peer.served.close()
-            served = peer.served = ResponderChannel(self.context, src, offer.generation)
-            self._watch(served)
-            served.connect(offer.endpoint, "ready")
-            self._send_setup(
-                src, setup.Accept(setup.MEMORY, offer.generation, served.endpoint(), 0)
-            )
+            try:
+                served = peer.served = ResponderChannel(self.context, src, offer.generation)
+                self._watch(served)
+                served.connect(offer.endpoint, "ready")
+            except DeviceError as exc:
+                log.error(
+                    "verbs: proc %s cannot serve %s's memory channel: %s", self._proc, src, exc
+                )
+                return
+            accept = setup.Accept(setup.MEMORY, offer.generation, served.endpoint(), 0)
+            self._send_setup(src, accept)
             return
         if not 3 <= offer.receives <= 1 << 16:
             log.error("verbs: %s offered a message channel with %d receives", src, offer.receives)
@@ -239,11 +255,15 @@ class VerbsPlane:
             current.close()
         else:
             queued = []
-        channel = peer.messages = self._message_channel(src, offer.generation)
+        try:
+            channel = peer.messages = self._message_channel(src, offer.generation)
+            channel.connect(offer.endpoint, "accepted")
+        except DeviceError as exc:
+            self._channel_failed(src, f"its message channel could not be connected: {exc}")
+            return
         for message in queued:
             channel.send(message)
         channel.credits.available = offer.receives
-        channel.connect(offer.endpoint, "accepted")
         accept = setup.Accept(setup.MESSAGES, offer.generation, channel.endpoint(), RECEIVES)
         self._send_setup(src, accept)
 
@@ -255,7 +275,11 @@ class VerbsPlane:
             memory = peer.memory
             waiting = memory is not None and memory.state == "offered"
             if waiting and memory.generation == accept.generation:
-                memory.connect(accept.endpoint, "accepted")
+                try:
+                    memory.connect(accept.endpoint, "accepted")
+                except DeviceError as exc:
+                    memory.broken(f"connecting it failed: {exc}")
+                    return
                 memory.ready()
             return
         channel = peer.messages
@@ -263,7 +287,11 @@ class VerbsPlane:
             return
         if channel.generation != accept.generation or not 3 <= accept.receives <= 1 << 16:
             return
-        channel.connect(accept.endpoint, "accepted")
+        try:
+            channel.connect(accept.endpoint, "accepted")
+        except DeviceError as exc:
+            channel.broken(f"connecting it failed: {exc}")
+            return
         self._send_setup(src, setup.Ready(setup.MESSAGES, accept.generation))
         channel.credits.available = accept.receives
         channel.ready()
@@ -289,10 +317,9 @@ class VerbsPlane:
             peer.memory = None
         if fatal or peer.unreachable:
             peer.parked += operations
-        elif operations:
-            fresh = self._memory(peer)
-            for operation in operations:
-                fresh.submit(operation)
+            return
+        for operation in operations:
+            self.start_operation(operation)
 
     def _forget(self, dest: str) -> None:
         self._forgotten.add(dest)
