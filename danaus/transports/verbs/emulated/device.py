@@ -21,10 +21,10 @@ from danaus.transports.verbs.device import (
     Timeouts,
     WrOpcode,
 )
-from danaus.transports.verbs.emulated.nic import (
+from danaus.transports.verbs.emulated.nic import Nic
+from danaus.transports.verbs.emulated.state import (
     Counters,
     Cq,
-    Nic,
     Qp,
     Receive,
     Region,
