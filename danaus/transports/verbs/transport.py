@@ -67,7 +67,7 @@ class VerbsTransport(TcpTransport):
 
     # ---- memory -------------------------------------------------------------------------
 
-    def register(self, buffer: Memory) -> MemoryHandle:  # type: ignore[override]
+    def register(self, buffer: Memory) -> MemoryHandle:
         return self.data.buffers.register(buffer)
 
     def unregister(self, handle: MemoryHandle) -> None:
