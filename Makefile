@@ -14,12 +14,14 @@ install: $(STAMP)
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# torch is pinned and installed on its own, before the package and its extras. The ucx
+# torch is pinned and installed on its own, before the package and its extras. pyverbs, for the
+# verbs transport on RDMA hardware, comes from the system (tools/pyverbs.sh). The ucx
 # transport's one-sided RDMA library is compiled into the user's cache now rather than by its
 # first user; if it cannot be, ucx falls back to served transfers and says why.
-$(STAMP): pyproject.toml | $(BIN)/python
+$(STAMP): pyproject.toml tools/pyverbs.sh | $(BIN)/python
 	$(BIN)/pip install torch==2.13.0 numpy
 	$(BIN)/pip install -e ".[test,docs,ucx]"
+	bash tools/pyverbs.sh $(VENV)
 	$(BIN)/python -m danaus.transports.ucx.rma_build || true
 	touch $@
 

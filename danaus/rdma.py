@@ -4,9 +4,17 @@
     other.pull.call_one(buffer).get()     # elsewhere: buffer.read_into(local).get()
 
 `backend()` says what moves the data on the current transport, and whether it
-is a fallback without RDMA hardware.
+is a fallback without RDMA hardware. A transfer the owner's side refuses (the
+buffer was dropped, on RDMA hardware) fails with `RDMAError`, which names the buffer.
 """
 
-from danaus.core.rdma import Backend, RDMAAction, RDMABuffer, RDMAFallbackWarning, backend
+from danaus.core.rdma import (
+    Backend,
+    RDMAAction,
+    RDMABuffer,
+    RDMAError,
+    RDMAFallbackWarning,
+    backend,
+)
 
-__all__ = ["Backend", "RDMAAction", "RDMABuffer", "RDMAFallbackWarning", "backend"]
+__all__ = ["Backend", "RDMAAction", "RDMABuffer", "RDMAError", "RDMAFallbackWarning", "backend"]

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import danaus
+from danaus.core import config
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = Path(danaus.__file__).parent
@@ -132,7 +133,10 @@ def test_no_phantom_names():
     """Names that are listed exist: no submodule or transport that is not there."""
     with pytest.raises(AttributeError):
         danaus.tensor  # noqa: B018
-    with pytest.raises(ValueError, match="unknown transport 'verbs'"):
-        danaus.configure(transport="verbs")
+    with pytest.raises(ValueError, match="unknown transport 'rdma'"):
+        danaus.configure(transport="rdma")
+    assert "verbs" in config.TRANSPORTS
+    for transport in config.TRANSPORTS:
+        assert importlib.util.find_spec(f"danaus.transports.{transport}") is not None
     for name in danaus.__all__:
         assert getattr(danaus, name) is not None

@@ -25,7 +25,7 @@ from danaus.core.supervision import default_unhandled_fault_hook
 from danaus.core.transport import FaultHook, World
 
 DEFAULT_TRANSPORT = "tcp"
-TRANSPORTS = ("sim", "tcp", "ucx")
+TRANSPORTS = ("sim", "tcp", "ucx", "verbs")
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def selected() -> str:
 
 
 def configure(transport: str | None = None, **options: Any) -> None:
-    """Choose the transport (``sim``, ``tcp``, ``ucx``) and its options.
+    """Choose the transport (``sim``, ``tcp``, ``ucx``, ``verbs``) and its options.
 
     Call before anything else touches Danaus; to switch later, call
     ``danaus.shutdown()`` first. The choice holds for every world this process

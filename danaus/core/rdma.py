@@ -11,6 +11,7 @@ another.
 from __future__ import annotations
 
 import asyncio
+import math
 import sys
 import warnings
 from collections.abc import Callable, Coroutine
@@ -28,6 +29,23 @@ DEFAULT_TIMEOUT = 60.0
 
 class RDMAFallbackWarning(UserWarning):
     """The transport moves RDMABuffer data over its sockets, not over RDMA hardware."""
+
+
+class RDMAError(RuntimeError):
+    """The owner's side refused a transfer of a buffer (a remote access error): names the buffer.
+
+    ``handle`` is the buffer's handle. On RDMA hardware the owner's NIC refuses
+    a transfer whose key or range it does not know: the buffer was dropped, or
+    the handle does not describe registered memory.
+    """
+
+    def __init__(self, message: str, handle: MemoryHandle | None = None) -> None:
+        super().__init__(message)
+        self.handle = handle
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RDMAError, (str(self), self.handle))
+
 
 
 @dataclass(frozen=True)
@@ -74,9 +92,13 @@ def _runtime() -> Runtime:
     return context().actor_instance._runtime
 
 
+def _device_of(data: Any) -> str:
+    return getattr(getattr(data, "device", None), "type", "cpu")
+
+
 def _check_device(data: Any, transport: Transport) -> None:
     """GPU memory only where the transport can reach it; a clear error elsewhere."""
-    device = getattr(getattr(data, "device", None), "type", "cpu")
+    device = _device_of(data)
     if device not in transport.memory_devices:
         raise ValueError(
             f"the {transport.memory_backend} RDMA backend cannot reach {device} memory "
@@ -85,7 +107,10 @@ def _check_device(data: Any, transport: Transport) -> None:
 
 
 def as_bytes(data: Any, *, writable: bool, what: str) -> Memory:
-    """A flat byte view of ``data``'s memory, without copying it (`DeviceMemory` on a GPU)."""
+    """A flat byte view of ``data``'s memory, or its `DeviceMemory` on a GPU, without copying it."""
+    device = _device_of(data)
+    if device != "cpu":
+        return _device_memory(data, device, writable=writable, what=what)
     if isinstance(data, memoryview):
         view = data
     elif isinstance(data, (bytes, bytearray)):
@@ -93,10 +118,6 @@ def as_bytes(data: Any, *, writable: bool, what: str) -> Memory:
     elif "torch" in sys.modules and isinstance(data, sys.modules["torch"].Tensor):
         if not data.is_contiguous():
             raise ValueError(f"{what} must be a contiguous tensor")
-        if data.device.type != "cpu":
-            return DeviceMemory(
-                data.data_ptr(), data.numel() * data.element_size(), data.device.type, data
-            )
         flat = data.detach().reshape(-1)
         view = memoryview(flat.view(sys.modules["torch"].uint8).numpy())
     elif hasattr(data, "__array_interface__"):
@@ -112,6 +133,28 @@ def as_bytes(data: Any, *, writable: bool, what: str) -> Memory:
     if writable and view.readonly:
         raise ValueError(f"{what} must be writable")
     return view.cast("B") if view.format != "B" or view.ndim != 1 else view
+
+
+def _device_memory(data: Any, kind: str, *, writable: bool, what: str) -> DeviceMemory:
+    """GPU memory, checked: a tensor's own account of it (which does not touch the
+    device), else the CUDA array interface (CuPy, Numba)."""
+    if "torch" in sys.modules and isinstance(data, sys.modules["torch"].Tensor):
+        if not data.is_contiguous():
+            raise ValueError(f"{what} must be a contiguous tensor")
+        return DeviceMemory(data.data_ptr(), data.numel() * data.element_size(), kind, data)
+    interface = getattr(data, "__cuda_array_interface__", None)
+    if interface is None:
+        raise TypeError(f"{what} on {kind} must expose __cuda_array_interface__")
+    shape = tuple(interface["shape"])
+    itemsize = int(interface["typestr"][2:])
+    strides = interface.get("strides")
+    expected = tuple(itemsize * math.prod(shape[i + 1 :]) for i in range(len(shape)))
+    if strides is not None and tuple(strides) != expected:
+        raise ValueError(f"{what} must be contiguous")
+    pointer, readonly = interface["data"]
+    if writable and readonly:
+        raise ValueError(f"{what} must be writable")
+    return DeviceMemory(int(pointer), itemsize * math.prod(shape), kind, data)
 
 
 _warned = False
@@ -226,10 +269,23 @@ class RDMABuffer:
 
 
 class RDMAAction:
-    """Several transfers submitted together and run concurrently."""
+    """Several transfers submitted together and run concurrently.
+
+    `read_remote` and `write_remote` are Monarch's current names, local memory
+    as ``dst`` or ``src`` like ``memcpy``; `read_into` and `write_from` take
+    the buffer first, as before.
+    """
 
     def __init__(self) -> None:
         self._steps: list[Callable[[float], Future[None]]] = []
+
+    def read_remote(self, dst: Any, src: RDMABuffer) -> RDMAAction:
+        """Add a read of buffer ``src`` into local memory ``dst`` (checked now)."""
+        return self.read_into(src, dst)
+
+    def write_remote(self, dst: RDMABuffer, src: Any) -> RDMAAction:
+        """Add a write of local memory ``src`` into buffer ``dst`` (checked now)."""
+        return self.write_from(dst, src)
 
     def read_into(self, buffer: RDMABuffer, dst: Any) -> RDMAAction:
         """Add a read of ``buffer`` into ``dst`` (checked now)."""

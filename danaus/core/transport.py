@@ -102,11 +102,11 @@ class DeviceMemory:
     keep: Any = field(default=None, repr=False, compare=False)
 
     def __getitem__(self, part: slice) -> DeviceMemory:
-        """The leading ``part`` (``memory[:n]``), as a memoryview's slice would be."""
+        """A contiguous range (``memory[a:b]``), as a memoryview's slice would be."""
         start, stop, step = part.indices(self.nbytes)
-        if start != 0 or step != 1:
-            raise ValueError("only a leading part of device memory can be taken")
-        return replace(self, nbytes=stop)
+        if step != 1:
+            raise ValueError("device memory is sliced in contiguous ranges only")
+        return replace(self, address=self.address + start, nbytes=max(0, stop - start))
 
 
 Memory = memoryview | DeviceMemory

@@ -77,4 +77,4 @@ def run(transport: Transport, job: dict[str, Any]) -> Callable[..., Any]:
 @pytest.fixture
 def controller_environment(transport: Transport, job: dict[str, Any]) -> dict[str, str]:
     """The environment of a controller process run on the transport under test."""
-    return {"DANAUS_TRANSPORT": transport.name, **job["environment"]}
+    return {"DANAUS_TRANSPORT": transport.name, **transport.environment, **job["environment"]}

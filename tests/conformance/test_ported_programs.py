@@ -163,12 +163,14 @@ async def _stop(procs: Any) -> None:
 
 
 @pytest.mark.skipif(not hasattr(asyncio, "Runner"), reason="asyncio.Runner is Python 3.11+")
-def test_a_mesh_outlives_the_runner_call_that_spawned_it(transport, job):
+def test_a_mesh_outlives_the_runner_call_that_spawned_it(transport, job, monkeypatch):
     """As with an async fixture: spawn in one ``Runner.run``, use in the next ones.
 
     The mesh outlives the runner too, as a module's fixture outlives each test's
     event loop, until it is stopped.
     """
+    for key, value in transport.environment.items():
+        monkeypatch.setenv(key, value)
     danaus.configure(transport=transport.name, **transport.options, **job["options"])
     try:
         with asyncio.Runner() as runner:

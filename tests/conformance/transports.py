@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import inspect
-from collections.abc import Callable
-from dataclasses import dataclass
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import danaus
@@ -31,6 +32,8 @@ class Transport:
     """What ``danaus.configure`` takes to select this transport for a test's own program."""
     cluster: bool = False
     """The job runs on a host of the namespace cluster, not on this one."""
+    environment: Mapping[str, str] = field(default_factory=dict)
+    """What a process needs in its environment to run on this transport."""
 
     @property
     def id(self) -> str:
@@ -41,25 +44,39 @@ def _run_sim(main: Callable[[], Any], hosts: int = 2, seed: int = 0) -> Any:
     return danaus.sim.run(main, hosts=hosts, seed=seed).value
 
 
-def _runner(name: str, **options: Any) -> Callable[..., Any]:
+def _runner(
+    name: str, environment: Mapping[str, str] | None = None, **options: Any
+) -> Callable[..., Any]:
     """Run ``main`` as a controller program on a fresh world of transport ``name``.
 
-    Options given to the runner (a cluster's workers) join ``options``.
+    ``environment`` is set while it runs (its workers inherit it). Options
+    given to the runner (a cluster's workers) join ``options``.
     """
 
     def run(main: Callable[[], Any], **more: Any) -> Any:
-        danaus.configure(transport=name, **options, **more)
+        saved = {key: os.environ.get(key) for key in environment or {}}
+        os.environ.update(environment or {})
         try:
-            if inspect.iscoroutinefunction(main):
-                return asyncio.run(main())
-            return main()
+            danaus.configure(transport=name, **options, **more)
+            try:
+                if inspect.iscoroutinefunction(main):
+                    return asyncio.run(main())
+                return main()
+            finally:
+                danaus.shutdown()
         finally:
-            danaus.shutdown()
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
 
     return run
 
 
 FAST_HEARTBEATS = {"heartbeat_interval": 0.2, "heartbeat_timeout": 1.5}
+EMULATED_VERBS = {"DANAUS_VERBS_PROVIDER": "emulated"}
+"""verbs runs everywhere on the device emulated between processes (no RDMA hardware here)."""
 
 
 def available() -> list[Transport]:
@@ -72,6 +89,15 @@ def available() -> list[Transport]:
         Transport(name, _runner(name, **FAST_HEARTBEATS), real=True, options=FAST_HEARTBEATS)
         for name in real
     ]
+    found.append(
+        Transport(
+            "verbs",
+            _runner("verbs", EMULATED_VERBS, **FAST_HEARTBEATS),
+            real=True,
+            options=FAST_HEARTBEATS,
+            environment=EMULATED_VERBS,
+        )
+    )
     found += [
         Transport(
             name, _runner(name, **FAST_HEARTBEATS), real=True, options=FAST_HEARTBEATS, cluster=True
