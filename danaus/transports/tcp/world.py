@@ -477,6 +477,8 @@ class TcpWorld(World):
             log.error("closing the runtime failed: %r", exc)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._loop_thread.join(5)
+        if not self._loop_thread.is_alive():
+            self.loop.close()
         self.io.stop()
         for context in self.contexts:
             context.destroy(linger=0)

@@ -34,6 +34,7 @@ whole core per proc, even idle, which starves user code on a small machine.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import ipaddress
 import logging
 import os
@@ -63,8 +64,18 @@ class _UcxLoop:
 
     ucxx keeps one context per process, bound to the loop that first used it
     (its notifier completes futures there), so every plane of the process
-    shares this loop; it lives as long as the process. UCX itself is shut down
-    when the last plane stops (`release`), while the process still runs.
+    shares this loop; it lives as long as the process. So does the context:
+    a process that runs one job after another keeps it (shutting UCX down and
+    starting it again leaks a thread and file descriptors of UCX's each time),
+    unless a job needs other network devices (``UCX_NET_DEVICES``), which UCX
+    reads only when it starts.
+
+    UCX is shut down at the latest when the process exits. Left alive, the UCX
+    worker keeps its sockets registered with UCX's async thread, which goes on
+    dispatching their events (peers closing as the job ends) while ``exit()``
+    runs UCX's library destructors and frees the handler table under it:
+    ``async.c: Assertion 'handler->id == id' failed``. Destroying the worker
+    first unregisters every socket, so nothing is left to dispatch.
     """
 
     _shared: _UcxLoop | None = None
@@ -73,6 +84,8 @@ class _UcxLoop:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
         self._planes = 0
+        self._devices: str | None = None
+        """``UCX_NET_DEVICES`` when UCX started (None: not started)."""
         started = threading.Event()
 
         def run() -> None:
@@ -82,6 +95,7 @@ class _UcxLoop:
 
         threading.Thread(target=run, name="danaus-ucx", daemon=True).start()
         started.wait(30)
+        atexit.register(self._shut_down)
 
     @classmethod
     def shared(cls) -> _UcxLoop:
@@ -89,27 +103,28 @@ class _UcxLoop:
         with cls._lock:
             if cls._shared is None:
                 cls._shared = cls()
-            cls._shared._planes += 1
-            return cls._shared
+            shared = cls._shared
+            devices = os.environ.get("UCX_NET_DEVICES", "")
+            if shared._planes == 0 and shared._devices not in (None, devices):
+                shared._shut_down()
+            shared._devices = devices
+            shared._planes += 1
+            return shared
 
     def run(self, coro: Any, timeout: float = 30) -> Any:
         """Run ``coro`` on the loop and wait for its result (from another thread)."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def release(self) -> None:
-        """A plane stopped; after the last one, shut UCX down (its worker, context and threads).
-
-        Left alive, the UCX worker keeps its sockets registered with UCX's
-        async thread, which goes on dispatching their events (peers closing as
-        the job ends) while ``exit()`` runs UCX's library destructors and frees
-        the handler table under it: ``async.c: Assertion 'handler->id == id'
-        failed``. Destroying the worker first unregisters every socket, so
-        nothing is left to dispatch when the process exits.
-        """
+        """A plane stopped."""
         with self._lock:
             self._planes -= 1
-            if self._planes > 0:
-                return
+
+    def _shut_down(self) -> None:
+        """Shut UCX down (its worker, context and threads); the next plane starts it again."""
+        if self._devices is None:
+            return
+        self._devices = None
 
         async def reset() -> None:
             ucxx.reset()
@@ -117,7 +132,7 @@ class _UcxLoop:
         try:
             self.run(reset())
         except Exception as exc:
-            log.warning("ucx: UCX could not be shut down before exit: %r", exc)
+            log.warning("ucx: UCX could not be shut down: %r", exc)
 
 
 class UcxPlane:
