@@ -11,8 +11,10 @@ from danaus import (
     Accumulator,
     Actor,
     ActorError,
+    Channel,
     MeshFailure,
     MeshStoppedError,
+    Port,
     RemoteException,
     SerializationError,
     SupervisionError,
@@ -351,3 +353,30 @@ def test_calls_on_stopped_or_dead_meshes_raise_supervision_errors(run):
         return "stopped"
 
     assert run(main) == "stopped"
+
+
+class CleansUp(Actor):
+    """Reports what its ``__cleanup__`` was given."""
+
+    def __init__(self, notes: Port[str]) -> None:
+        self.notes = notes
+
+    @endpoint
+    def fail(self) -> None:
+        raise ValueError("no one waits for this")
+
+    def __cleanup__(self, exc: BaseException | None) -> None:
+        self.notes.send(f"{type(exc).__name__}: {exc}")
+
+
+def test_a_failed_actor_runs_its_cleanup_with_the_exception_that_failed_it(run):
+    def main():
+        failures = record_root_failures()
+        notes, cleaned = Channel.open()
+        mesh = this_host().spawn_procs({"c": 1}).spawn("cleans", CleansUp, notes)
+        mesh.fail.broadcast()
+        note = cleaned.recv().get(timeout=30)
+        failure = failures.recv().get(timeout=30)
+        return note, "no one waits for this" in failure.cause
+
+    assert run(main) == ("ValueError: no one waits for this", True)
