@@ -35,7 +35,7 @@ from danaus.core.errors import (
 from danaus.core.ports import Port
 from danaus.core.serialize import Buffer, dumps, loads
 from danaus.core.shape import Extent, Point
-from danaus.core.supervision import MeshFailure
+from danaus.core.supervision import MeshFailure, class_path
 from danaus.core.undeliverable import UndeliverableMessageEnvelope
 from danaus.core.wire import PLAIN_PORT, Call
 
@@ -746,7 +746,9 @@ class Instance:
     # ---- ending ---------------------------------------------------------------------
 
     def _failure_error(self) -> SupervisionError:
-        return SupervisionError(f"actor {self.actor_id} has failed", self._failure)
+        if self._failure is None:
+            return SupervisionError(f"actor {self.actor_id} has failed")
+        return SupervisionError(self._failure.report(), self._failure)
 
     def _stopped_error(self) -> MeshStoppedError:
         reason = f": {self._stop_reason}" if self._stop_reason else ""
@@ -767,7 +769,7 @@ class Instance:
             cause=cause,
             traceback=tb,
             chained=chained,
-            actor_class=self.class_name,
+            actor_class=class_path(type(self._obj)) if self._obj is not None else self.class_name,
         )
 
     def _abort(self, cause: str) -> None:

@@ -27,7 +27,7 @@ from danaus.core.names import NumberedNames
 from danaus.core.owned import STOP_TIMEOUT, OwnedMesh
 from danaus.core.serialize import dumps
 from danaus.core.shape import Extent, MeshTrait, Shape
-from danaus.core.supervision import RestartPolicy
+from danaus.core.supervision import RestartPolicy, class_path
 
 if TYPE_CHECKING:
     from danaus.core.instance import Instance
@@ -386,7 +386,9 @@ class ProcMesh(_Mesh):
             (runtime.proc_id, owner.key),
             self,
         )
-        owned = OwnedMesh(name, ActorMesh._kind, owner, spawn=order, policy=restart)
+        owned = OwnedMesh(
+            name, ActorMesh._kind, owner, spawn=order, policy=restart, actor_class=class_path(cls)
+        )
         mesh: ActorMesh[T] = ActorMesh(
             mesh_id, name, endpoints, self._members(), self._shape, self, owned
         )

@@ -42,9 +42,12 @@ class OwnedMesh:
         initialized: Future[Any] | None = None,
         spawn: SpawnOrder | None = None,
         policy: RestartPolicy | None = None,
+        actor_class: str | None = None,
     ) -> None:
         self.name = name
         self.kind = kind
+        self.actor_class = actor_class
+        """The members' class, as failure reports name it (actor meshes only)."""
         self.owner = owner
         self.mesh: Any = None
         """The whole mesh as spawned (set when the mesh is made)."""

@@ -45,22 +45,21 @@ class MeshFailure:
     signal: int | None = None
     chained: MeshFailure | None = None
     actor_class: str | None = None
-    """The qualified name of the failed actor's class."""
+    """The failed actor's class: its module and qualified name (`class_path`)."""
     mesh: ActorMesh[Any] | None = field(default=None, compare=False, repr=False)
 
     def report(self) -> str:
         """A readable account of the failure and the chain that led to it.
 
         The first line names the failure at the root of the chain, as Monarch's
-        reports do; then each failure from this one down to that root.
+        reports do (by its class, mesh and rank, after those of the failed owners
+        above it); then each failure from this one down to that root.
         """
-        root = self
-        while root.chained is not None:
-            root = root.chained
-        lines = [
-            f"The actor {root.mesh_name}{root.rank} and all its descendants have failed: "
-            f"{root.cause}"
-        ]
+        chain = [self]
+        while chain[-1].chained is not None:
+            chain.append(chain[-1].chained)
+        path = " / ".join(failure.actor_name() for failure in chain)
+        lines = [f"The actor {path} and all its descendants have failed: {chain[-1].cause}"]
         failure: MeshFailure | None = self
         depth = 0
         while failure is not None:
@@ -72,6 +71,11 @@ class MeshFailure:
             failure = failure.chained
             depth += 1
         return "\n".join(lines)
+
+    def actor_name(self) -> str:
+        """The failed actor as reports name it: its class, mesh name and rank."""
+        name = f"{self.mesh_name}{self.rank}"
+        return f"{self.actor_class} {name}" if self.actor_class else name
 
     def _headline(self) -> str:
         coords = ", ".join(f"{k}={v}" for k, v in self.rank.items()) or "-"
@@ -89,7 +93,7 @@ class MeshFailure:
         return f"mesh {self.mesh_name!r} rank {coords} ({who}) failed on {where}{status}"
 
     def __str__(self) -> str:
-        return f"{self._headline()}: {self.cause}"
+        return f"MeshFailure({self._headline()}: {self.cause})"
 
     def __getstate__(self) -> dict[str, Any]:
         """Travels without ``mesh``: the owner's handle, set again where the failure is received."""
@@ -152,3 +156,8 @@ def default_unhandled_fault_hook(failure: MeshFailure) -> None:
         flush=True,
     )
     raise SystemExit(1)
+
+
+def class_path(cls: type) -> str:
+    """A class as failure reports name it: ``module.QualifiedName``."""
+    return f"{cls.__module__}.{cls.__qualname__}"

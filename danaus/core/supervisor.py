@@ -60,10 +60,10 @@ class Supervisor:
                         proc=loss.proc,
                         host=loss.host,
                         pid=loss.pid,
-                        cause=f"its process {loss.reason}",
+                        cause=process_failure(loss),
                         exit_code=loss.exit_code,
                         signal=loss.signal,
-                        actor_class=mesh._endpoints["__initialized__"].owner,
+                        actor_class=owned.actor_class,
                     )
                 )
 
@@ -93,3 +93,12 @@ class Supervisor:
                 self.runtime.loop.create_task(owned.restart(base, delay))
                 return
         owned.owner.supervise(failure)
+
+
+def process_failure(loss: ProcLoss) -> str:
+    """The cause of an actor's failure when its process is gone, worded as Monarch's reports."""
+    if loss.signal is not None:
+        return f"the process this actor was running on failed: Killed(sig={loss.signal})"
+    if loss.exit_code is not None:
+        return f"the process this actor was running on failed: Exited(code={loss.exit_code})"
+    return f"its process {loss.reason}"

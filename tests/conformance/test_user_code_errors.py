@@ -326,7 +326,8 @@ def test_ranks_and_reports_read_as_monarchs_do(run):
     ranks, report = run(main)
     assert ranks == ["{'hosts': 0/1, 'gpus': 0/2}", "{'hosts': 0/1, 'gpus': 1/2}"]
     first = report.splitlines()[0]
-    assert first.startswith("The actor raiser{'gpus': 1/2} and all its descendants have failed: ")
+    raiser = "tests.conformance.test_user_code_errors.Raiser raiser{'gpus': 1/2}"
+    assert first.startswith(f"The actor {raiser} and all its descendants have failed: ")
     assert "raised Fatal" in first
     assert "rank gpus=1" in report.splitlines()[1]
 

@@ -44,5 +44,5 @@ def test_a_failed_rank_is_restarted_from_the_last_checkpoint(tmp_path):
     assert uninterrupted == [(0, 20, attempts[-1][2])]
     assert attempts[-1][2] < 0.5
     assert "[driver] training failed" in out
-    assert "told of: mesh 'trainers' rank gpus=1" in out and "exit code 1" in out
+    assert "told of: MeshFailure(mesh 'trainers' rank gpus=1" in out and "exit code 1" in out
     assert "attempt: None" in PAGE and f"attempt: (10, 20, {attempts[-1][2]})" in PAGE
