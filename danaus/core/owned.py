@@ -74,14 +74,19 @@ class OwnedMesh:
         """The procs of the members, by base rank: after restarts, or ``spawned`` as is."""
         return self.procs if self.procs is not None else spawned
 
-    def check_usable(self, shape: Shape) -> None:
-        """Raise if the mesh is stopped, or if a member under ``shape`` has failed."""
+    def check_usable(self, shape: Shape, call: str | None = None) -> None:
+        """Raise if the mesh is stopped, or if a member under ``shape`` has failed.
+
+        ``call`` names the endpoint call being made (``mesh.endpoint()``), which
+        the error then names first, as Monarch's do.
+        """
+        lead = f"Endpoint call {call} failed, " if call else ""
         if self.stopped:
-            raise MeshStoppedError(f"{self.kind} {self.name!r} has been stopped")
+            raise MeshStoppedError(f"{lead}{self.kind} {self.name!r} has been stopped")
         for rank in shape.ranks() if self.failed else ():
             failure = self.failed.get(rank)
             if failure is not None:
-                raise SupervisionError(f"{self.kind} {self.name!r} has failed: {failure}", failure)
+                raise SupervisionError(f"{lead}{failure.report()}", failure)
 
     def end(self) -> bool:
         """Refuse messages from now on, unwatched and off the owner's list; False if already so."""
