@@ -98,8 +98,11 @@ def _rebuild_actor_error(
     return ActorError(actor, excs[0], traceback)
 
 
-class SupervisionError(Exception):
-    """The actor (or its process) failed, so the call cannot complete."""
+class SupervisionError(RuntimeError):
+    """The actor (or its process) failed, so the call cannot complete.
+
+    A `RuntimeError`, as Monarch's is.
+    """
 
     def __init__(self, message: str, failure: Any = None) -> None:
         self.failure = failure
@@ -109,11 +112,11 @@ class SupervisionError(Exception):
         return (type(self), (str(self), self.failure))
 
 
-class MeshStoppedError(SupervisionError, RuntimeError):
+class MeshStoppedError(SupervisionError):
     """The mesh (or actor) was stopped; it takes no more messages.
 
     A `SupervisionError`, as in Monarch, so that ``except SupervisionError``
-    catches calls to stopped meshes too; and a `RuntimeError`.
+    catches calls to stopped meshes too.
     """
 
 

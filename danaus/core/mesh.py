@@ -403,7 +403,7 @@ class ProcMesh(_Mesh):
         """Stop every actor on these procs (children first), then end the procs."""
         owned = self._owner_view()
         for child in owned.children:
-            child.end()
+            child.end(with_procs=True)
         with contextlib.suppress(SupervisionError):
             await _proc_agents(self).stop_all.call(timeout)
         await self._host_mesh._agents().stop_procs.call(self._mesh_id, timeout)

@@ -52,6 +52,7 @@ class OwnedMesh:
         self.mesh: Any = None
         """The whole mesh as spawned (set when the mesh is made)."""
         self.stopped = False
+        self.ended_with_procs = False
         self.initialized = initialized
         self.children: list[OwnedMesh] = []
         """Actor meshes spawned on this proc mesh: they end with it."""
@@ -81,6 +82,10 @@ class OwnedMesh:
         the error then names first, as Monarch's do.
         """
         lead = f"Endpoint call {call} failed, " if call else ""
+        if self.stopped and self.ended_with_procs:
+            raise MeshStoppedError(
+                f"{lead}{self.kind} is stopped due to proc mesh shutdown ({self.name!r})"
+            )
         if self.stopped:
             raise MeshStoppedError(f"{lead}{self.kind} {self.name!r} has been stopped")
         for rank in shape.ranks() if self.failed else ():
@@ -88,11 +93,15 @@ class OwnedMesh:
             if failure is not None:
                 raise SupervisionError(f"{lead}{failure.report()}", failure)
 
-    def end(self) -> bool:
-        """Refuse messages from now on, unwatched and off the owner's list; False if already so."""
+    def end(self, with_procs: bool = False) -> bool:
+        """Refuse messages from now on, unwatched and off the owner's list; False if already so.
+
+        ``with_procs``: the mesh ends because its proc mesh is stopping.
+        """
         if self.stopped:
             return False
         self.stopped = True
+        self.ended_with_procs = with_procs
         self.owner._runtime.supervisor.release(self.mesh._mesh_id)
         if self in self.owner.owned:
             self.owner.owned.remove(self)
