@@ -82,6 +82,7 @@ class Endpoint(Generic[R]):
         if expect is not None:
             handler, result = expect([proc for proc, _ in targets], runtime.loop)
             handler.caller, handler.actor, handler.method = sender, self._mesh._mesh_id, self.name
+            handler.mesh_name = self._mesh.name
             reply = runtime.open_port(handler)
         mesh_id, method = self._mesh._mesh_id, self._spec.name
         runtime.send_call(sender, targets, mesh_id, method, shape, payload, reply, self._plain)

@@ -87,7 +87,8 @@ class OwnedMesh:
                 f"{lead}{self.kind} is stopped due to proc mesh shutdown ({self.name!r})"
             )
         if self.stopped:
-            raise MeshStoppedError(f"{lead}{self.kind} {self.name!r} has been stopped")
+            kind = "".join(word.capitalize() for word in self.kind.split())
+            raise MeshStoppedError(f"{lead}`{kind}` has already been stopped ({self.name!r})")
         for rank in shape.ranks() if self.failed else ():
             failure = self.failed.get(rank)
             if failure is not None:

@@ -18,6 +18,7 @@ from danaus.core.errors import SerializationError, SupervisionError
 from danaus.core.future import Future
 from danaus.core.serialize import Buffer, dumps, loads
 from danaus.core.shape import Shape
+from danaus.core.transport import ProcLoss
 from danaus.core.value_mesh import ValueMesh
 from danaus.core.wire import PortRef
 
@@ -83,6 +84,8 @@ class ReplyHandler(PortHandler):
     actor = ""
     """The key of the called actors on their procs."""
     method = ""
+    mesh_name = ""
+    """The name of the called actors' mesh (for errors)."""
 
     def __init__(self, procs: Sequence[str]) -> None:
         self.procs = procs
@@ -99,6 +102,13 @@ class ReplyHandler(PortHandler):
             self.close()
 
     def lost(self, proc: str, error: SupervisionError) -> None:
+        if self.mesh_name and isinstance(error.failure, ProcLoss):
+            error = SupervisionError(
+                f"Endpoint call {self.mesh_name}.{self.method}() failed, The actor "
+                f"{self.mesh_name} on proc {proc} and all its descendants have failed: "
+                f"{error.failure.actor_cause()} ({error})",
+                error.failure,
+            )
         for rank in sorted(r for r in self.remaining if self.procs[r] == proc):
             self.remaining.discard(rank)
             self.arrived(rank, None, error)

@@ -60,7 +60,7 @@ class Supervisor:
                         proc=loss.proc,
                         host=loss.host,
                         pid=loss.pid,
-                        cause=process_failure(loss),
+                        cause=loss.actor_cause(),
                         exit_code=loss.exit_code,
                         signal=loss.signal,
                         actor_class=owned.actor_class,
@@ -94,11 +94,3 @@ class Supervisor:
                 return
         owned.owner.supervise(failure)
 
-
-def process_failure(loss: ProcLoss) -> str:
-    """The cause of an actor's failure when its process is gone, worded as Monarch's reports."""
-    if loss.signal is not None:
-        return f"the process this actor was running on failed: Killed(sig={loss.signal})"
-    if loss.exit_code is not None:
-        return f"the process this actor was running on failed: Exited(code={loss.exit_code})"
-    return f"its process {loss.reason}"

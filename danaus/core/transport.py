@@ -55,6 +55,14 @@ class ProcLoss:
     exit_code: int | None = None
     signal: int | None = None
 
+    def actor_cause(self) -> str:
+        """Why an actor of this proc failed, worded as Monarch's reports."""
+        if self.signal is not None:
+            return f"the process this actor was running on failed: Killed(sig={self.signal})"
+        if self.exit_code is not None:
+            return f"the process this actor was running on failed: Exited(code={self.exit_code})"
+        return f"its process {self.reason}"
+
     def describe(self) -> str:
         parts = [f"proc {self.proc}"]
         if self.host is not None:
