@@ -80,7 +80,7 @@ def test_stopped_proc_mesh_refuses_spawn(run):
         procs = this_host().spawn_procs({"gpus": 2})
         procs.spawn("n", Noted, "n", port).touch.call().get()
         procs.stop().get()
-        with pytest.raises(MeshStoppedError, match="proc mesh"):
+        with pytest.raises(MeshStoppedError, match="`ProcMesh` has already been stopped"):
             procs.spawn("again", Noted, "again", port)
         return True
 
