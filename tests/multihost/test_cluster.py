@@ -14,14 +14,13 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 import danaus
 from danaus import Actor, Channel, MeshFailure, context, endpoint, hosts
 from danaus.rdma import RDMABuffer
-from tests.cluster import Cluster, Host
+from tests.cluster import Cluster
 from tests.multihost.conftest import FAST, ROOT
 from tests.tcp.conftest import wait_until
 
@@ -45,24 +44,6 @@ def job(namespace_cluster: Cluster, transport: str) -> Iterator[Cluster]:
         yield namespace_cluster
     finally:
         danaus.shutdown()
-
-
-def only_the_worker_left(cluster: Cluster, host: Host) -> bool:
-    """Whether ``host`` runs nothing but its worker (and the host agent it keeps ready)."""
-    worker = host.worker
-    if worker is None:
-        return False
-    for pid in cluster.pids_in(host):
-        if pid == worker.pid:
-            continue
-        try:
-            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            command = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except (OSError, IndexError):
-            continue
-        if parent != worker.pid or b"--preload" not in command:
-            return False
-    return True
 
 
 class Member(Actor):
@@ -158,7 +139,7 @@ def test_a_killed_agent_is_the_loss_of_every_proc_on_its_host(job, what):
         if what == "worker":
             job.stop_worker(victim)
             job.start_worker(victim)
-    wait_until(lambda: only_the_worker_left(job, victim), 60, f"{victim.name} to be clean")
+    wait_until(lambda: job.clean(victim), 60, f"{victim.name} to be clean")
 
 
 def test_a_host_whose_link_goes_down_is_lost_with_every_proc_on_it(job):
@@ -176,7 +157,7 @@ def test_a_host_whose_link_goes_down_is_lost_with_every_proc_on_it(job):
         assert len(survivors) == 4
     finally:
         job.link(victim, up=True)
-    wait_until(lambda: only_the_worker_left(job, victim), 60, f"{victim.name} to be clean")
+    wait_until(lambda: job.clean(victim), 60, f"{victim.name} to be clean")
 
 
 def test_a_vanished_controller_leaves_only_the_workers(namespace_cluster, transport, tmp_path):
@@ -195,12 +176,12 @@ def test_a_vanished_controller_leaves_only_the_workers(namespace_cluster, transp
     )
     assert controller.stdout is not None
     assert controller.stdout.readline().strip() == "6 procs up"
-    assert not any(only_the_worker_left(namespace_cluster, h) for h in namespace_cluster.hosts)
+    assert not any(namespace_cluster.clean(h) for h in namespace_cluster.hosts)
     controller.kill()
     controller.wait()
     for host in namespace_cluster.hosts:
         wait_until(
-            lambda h=host: only_the_worker_left(namespace_cluster, h),
+            lambda h=host: namespace_cluster.clean(h),
             60,
             f"{host.name} to be clean",
         )
