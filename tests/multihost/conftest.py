@@ -21,6 +21,8 @@ from tests.tcp.conftest import wait_until
 ROOT = Path(__file__).resolve().parents[2]
 FAST = {"heartbeat_interval": 0.3, "heartbeat_timeout": 3.0}
 """Heartbeats that notice a lost host within seconds, with room for a busy machine."""
+DETECTED = 3 * FAST["heartbeat_timeout"]
+"""A lost host is reported well within this (a hang guard, with room for a busy machine)."""
 
 
 @dataclass

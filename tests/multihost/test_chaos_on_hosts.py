@@ -20,14 +20,10 @@ from danaus.chaos import Fault, FaultUnsupported, Plan, run_scenario
 from danaus.core import trace as ev
 from danaus.core.config import current_world
 from tests.cluster import Cluster, NamespaceControl
-from tests.multihost.conftest import FAST
+from tests.multihost.conftest import DETECTED, FAST
 from tests.tcp.conftest import wait_until
 
 pytestmark = pytest.mark.multihost
-
-DETECTED = 3 * FAST["heartbeat_timeout"]
-"""A lost host is reported well within this (a hang guard, with room for a busy machine)."""
-
 
 @pytest.fixture(params=["tcp", "ucx"])
 def transport(request: pytest.FixtureRequest) -> str:

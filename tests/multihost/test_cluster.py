@@ -9,10 +9,12 @@ tests after them.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -21,7 +23,7 @@ import danaus
 from danaus import Actor, Channel, MeshFailure, context, endpoint, hosts
 from danaus.rdma import RDMABuffer
 from tests.cluster import Cluster
-from tests.multihost.conftest import FAST, ROOT
+from tests.multihost.conftest import DETECTED, FAST, ROOT
 from tests.tcp.conftest import wait_until
 
 pytestmark = pytest.mark.multihost
@@ -127,8 +129,10 @@ def test_a_killed_agent_is_the_loss_of_every_proc_on_its_host(job, what):
     assert places[3][2] == agent, "both procs of a host are children of its agent"
     assert victim.worker is not None
     try:
+        since = time.monotonic()
         os.kill(victim.worker.pid if what == "worker" else agent, signal.SIGKILL)
         lost = losses_of(failures, 2)
+        assert time.monotonic() - since < DETECTED
         assert [dict(f.rank) for f in lost] == [{"hosts": 1, "gpus": 0}, {"hosts": 1, "gpus": 1}]
         assert all(f.host == victim.name for f in lost)
         survivors = members.slice(hosts=slice(0, 3, 2)).where.call().get(timeout=60)
@@ -147,9 +151,11 @@ def test_a_host_whose_link_goes_down_is_lost_with_every_proc_on_it(job):
     danaus.unhandled_fault_hook = port.send
     members, _ = start_members(per_host=2)
     victim = job.hosts[2]
+    since = time.monotonic()
     job.link(victim, up=False)
     try:
         lost = losses_of(failures, 2)
+        assert time.monotonic() - since < DETECTED
         assert [dict(f.rank) for f in lost] == [{"hosts": 2, "gpus": 0}, {"hosts": 2, "gpus": 1}]
         assert all(f.host == victim.name for f in lost)
         assert any(f"lost with its host {victim.name}" in f.cause for f in lost)
@@ -158,6 +164,49 @@ def test_a_host_whose_link_goes_down_is_lost_with_every_proc_on_it(job):
     finally:
         job.link(victim, up=True)
     wait_until(lambda: job.clean(victim), 60, f"{victim.name} to be clean")
+
+
+def test_output_and_logs_of_every_host_reach_the_controller_named_by_host_and_rank(
+    namespace_cluster, transport
+):
+    result = subprocess.run(
+        [sys.executable, "-c", TALK.format(root=ROOT)],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "DANAUS_TRANSPORT": transport,
+            **namespace_cluster.controller_environment(),
+        },
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    for index, host in enumerate(namespace_cluster.hosts):
+        for gpu in range(2):
+            prefix = f"[{host.name} talkers hosts={index} gpus={gpu}]"
+            assert f"{prefix} printed\n" in result.stdout
+            assert f"{prefix} printed to stderr\n" in result.stderr
+            assert f"{prefix} WARNING talk: logged\n" in result.stderr
+
+
+class Talker(Actor):
+    @endpoint
+    def talk(self) -> None:
+        print("printed", flush=True)
+        print("printed to stderr", file=sys.stderr, flush=True)
+        logging.getLogger("talk").warning("logged")
+
+
+TALK = """
+import sys
+sys.path.insert(0, "{root}")
+import danaus
+from tests.multihost.test_cluster import Talker
+talkers = danaus.hosts().spawn_procs(per_host={{"gpus": 2}}).spawn("talkers", Talker)
+talkers.talk.call().get(timeout=120)
+danaus.shutdown()
+"""
 
 
 def test_a_vanished_controller_leaves_only_the_workers(namespace_cluster, transport, tmp_path):
