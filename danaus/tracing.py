@@ -43,14 +43,15 @@ def destination(option: bool | str | None) -> str | None:
 
 
 async def gather_events(world: World, timeout: float) -> list[Event]:
-    """Every live proc's trace and what the controller kept, merged in time order.
+    """Every live proc's trace (host agents' too) and what the controller kept, in time order.
 
     Procs living in this OS process share its trace; a proc that does not
     answer within ``timeout`` seconds is left out.
     """
     events = list(world.trace.events)
     local = {runtime.proc_id for runtime in world.local_runtimes()}
-    remote = [proc for proc in world.live_workers() if proc not in local]
+    live = [*world.live_hosts(), *world.live_workers()]
+    remote = [proc for proc in dict.fromkeys(live) if proc not in local]
     if not remote:
         return events
     world.root.client.enter()

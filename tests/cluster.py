@@ -4,11 +4,15 @@ Each host is a network namespace with one interface, ``eth0``, plugged into a
 bridge that lives in a namespace of its own (the switch); the controller, in
 the root namespace, is plugged into the same bridge. So the hosts reach each
 other and the controller over their own links only, and a host's link can be
-cut (its switch port set down) without touching anything else. Traffic goes
-only to namespaces made here. Names carry the creating process's id, so the
-leftovers of a run that was killed are removed by the next one.
+cut (its switch port set down) without touching anything else. Each switch
+port can also drop, silently, the packets that come in from its machine for
+chosen addresses (a ``tc`` filter on the port's ingress that redirects them to
+``sink``, an interface that is down): `NamespaceControl` partitions, isolates
+and crashes hosts with these. Traffic goes only to namespaces made here.
+Names carry the creating process's id, so the leftovers of a run that was
+killed are removed by the next one.
 
-Needs root and the ``ip`` command; `unavailable` says why when they are missing.
+Needs root and the ``ip`` and ``tc`` commands; `unavailable` says why when they are missing.
 """
 
 from __future__ import annotations
@@ -16,22 +20,31 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import itertools
 import os
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+
+from danaus.chaos import FaultUnsupported, Heal, HostControl
 
 PREFIX = "danaus-"
 LOCK = Path("/tmp/danaus-netns.lock")
 WORKER_PORT = 26600
 CLUSTER_SIZE = 3
 PR_SET_PDEATHSIG = 1
+CRASH_TIMEOUT = 10.0
+"""Seconds the processes of a crashed host may take to die of SIGKILL."""
+SINK = "sink0"
+"""The switch's interface that is down: where the packets of a cut go, to be dropped."""
 
 
 def unavailable() -> str | None:
@@ -40,13 +53,19 @@ def unavailable() -> str | None:
         return "network namespaces need Linux"
     if os.geteuid() != 0:
         return "network namespaces need root"
-    if shutil.which("ip") is None:
-        return "network namespaces need the ip command (iproute2)"
+    for command in ("ip", "tc"):
+        if shutil.which(command) is None:
+            return f"network namespaces need the {command} command (iproute2)"
     return None
 
 
 def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["ip", *args], check=check, capture_output=True, text=True)
+
+
+def tc(namespace: str, *args: str) -> subprocess.CompletedProcess[str]:
+    command = ["tc", "-n", namespace, *args]
+    return subprocess.run(command, check=True, capture_output=True, text=True)
 
 
 def _die_with_us() -> None:
@@ -111,6 +130,7 @@ class Cluster:
             self._namespace(self.switch)
             ip("-n", self.switch, "link", "add", "br0", "type", "bridge")
             ip("-n", self.switch, "link", "set", "br0", "up")
+            ip("-n", self.switch, "link", "add", SINK, "type", "veth", "peer", "name", "sink1")
             self.controller_address = f"10.{subnet}.0.1"
             ip("link", "add", self._root_link, "type", "veth", "peer", "name", "c0")
             ip("link", "set", "c0", "netns", self.switch)
@@ -128,6 +148,7 @@ class Cluster:
     def _plug(self, port: str) -> None:
         ip("-n", self.switch, "link", "set", port, "master", "br0")
         ip("-n", self.switch, "link", "set", port, "up")
+        tc(self.switch, "qdisc", "add", "dev", port, "ingress")
 
     def _host(self, index: int, subnet: int) -> Host:
         namespace = f"{self.tag}-h{index}"
@@ -212,6 +233,26 @@ class Cluster:
         found = ip("netns", "pids", host.namespace, check=False).stdout.split()
         return [int(pid) for pid in found]
 
+    def job_pids(self, host: Host) -> list[int]:
+        """The processes in ``host``'s namespace but its worker and the agent it keeps ready."""
+        worker = host.worker.pid if host.worker is not None else None
+        found = []
+        for pid in self.pids_in(host):
+            if pid == worker:
+                continue
+            try:
+                parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                command = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except (OSError, IndexError):
+                continue
+            if parent != worker or b"--preload" not in command:
+                found.append(pid)
+        return found
+
+    def clean(self, host: Host) -> bool:
+        """Whether ``host`` runs its worker and nothing of any job."""
+        return host.worker is not None and not self.job_pids(host)
+
     # ---- controllers ------------------------------------------------------------------
 
     def workers(self, first: int = 0, count: int | None = None) -> list[str]:
@@ -241,6 +282,83 @@ class Cluster:
     def link(self, host: Host, up: bool) -> None:
         """Plug ``host``'s cable back in, or pull it out."""
         ip("-n", self.switch, "link", "set", host.port, "up" if up else "down")
+
+    def port_of(self, address: str) -> str:
+        """The switch port of the machine at ``address`` (a host, or the controller)."""
+        if address == self.controller_address:
+            return "c0"
+        return self.host_at(address).port
+
+    def host_at(self, address: str) -> Host:
+        for host in self.hosts:
+            if host.address == address:
+                return host
+        raise FaultUnsupported(f"no host of this cluster has the address {address}")
+
+
+class NamespaceControl(HostControl):
+    """Power over a namespace cluster's machines, on its switch; `restore` undoes everything.
+
+    A cut is a filter on the sending machine's switch port that drops what it
+    sends to the other address (as a broken network would: nothing tells the
+    sender). A crash pulls the host's cable out, then kills the job's
+    processes on it (its worker stays, as a worker restarted at boot would):
+    no packet says goodbye, so the controller learns of it only by heartbeats.
+    """
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self._filters: dict[int, str] = {}
+        self._numbers = itertools.count(1)
+        self._crashed: list[Host] = []
+        self._lock = threading.Lock()
+
+    def cut(self, src: str, dst: str) -> Heal:
+        port = self.cluster.port_of(src)
+        self.cluster.port_of(dst)  # refuses an address that is not the cluster's
+        with self._lock:
+            number = next(self._numbers)
+            tc(
+                self.cluster.switch, "filter", "add", "dev", port, "parent", "ffff:",
+                "protocol", "ip", "pref", str(number), "u32", "match", "ip", "dst", f"{dst}/32",
+                "action", "mirred", "egress", "redirect", "dev", SINK,
+            )  # fmt: skip
+            self._filters[number] = port
+        return partial(self._uncut, number)
+
+    def _uncut(self, number: int) -> None:
+        with self._lock:
+            port = self._filters.pop(number, None)
+            if port is not None:
+                tc(self.cluster.switch, "filter", "del", "dev", port, "parent", "ffff:",
+                   "pref", str(number))  # fmt: skip
+
+    def crash(self, address: str) -> None:
+        host = self.cluster.host_at(address)
+        with self._lock:
+            self._crashed.append(host)
+        self.cluster.link(host, up=False)
+        deadline = time.monotonic() + CRASH_TIMEOUT
+        while pids := self.cluster.job_pids(host):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"processes {pids} of {host.name} outlived SIGKILL")
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.01)
+
+    def cuts(self) -> int:
+        """How many cuts are in place."""
+        return len(self._filters)
+
+    def restore(self) -> None:
+        """Remove every cut and plug every crashed host back in."""
+        for number in list(self._filters):
+            self._uncut(number)
+        with self._lock:
+            crashed, self._crashed = self._crashed, []
+        for host in crashed:
+            self.cluster.link(host, up=True)
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ from danaus.chaos.history import History
 from danaus.chaos.plan import EXTRA_KINDS, KINDS, Fault, Plan, random_plan
 from danaus.chaos.runner import ChaosFailure, Outcome, check_seed, run_scenario, run_seeds, shrink
 from danaus.chaos.scenario import Scenario
+from danaus.core.faults import FaultUnsupported, Heal, HostControl
 from danaus.core.sites import InjectedFatal, InjectedFault
 
 __all__ = [
@@ -20,7 +21,10 @@ __all__ = [
     "KINDS",
     "ChaosFailure",
     "Fault",
+    "FaultUnsupported",
+    "Heal",
     "History",
+    "HostControl",
     "InjectedFatal",
     "InjectedFault",
     "Outcome",

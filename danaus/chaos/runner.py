@@ -161,7 +161,7 @@ def applicable_kinds(kinds: Iterable[FaultKind], world: World) -> list[FaultKind
     return [
         kind
         for kind in kinds
-        if (kind not in NETWORK_KINDS or world.faults.controls_network)
+        if (kind not in NETWORK_KINDS or kind in world.faults.network_faults)
         and (kind not in SITE_KINDS or world.sites is not None)
     ]
 

@@ -208,7 +208,7 @@ async def keep_traces(runtime: Runtime, procs: Sequence[str]) -> None:
 
     world = runtime.world
     local = {r.proc_id for r in world.local_runtimes()}
-    live = set(world.live_workers())
+    live = set(world.faults.workers(runtime.proc_id))  # the procs this host agent started
 
     async def one(proc: str) -> list[Event]:
         try:

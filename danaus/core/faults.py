@@ -2,8 +2,9 @@
 
 Each fault that lasts returns a `Heal`, which undoes it. A world applies the
 faults it can make happen for real (the simulator: all of them, on its network
-model; real transports: crashes and pauses, through the launcher's signals) and
-raises `FaultUnsupported` for the others, saying why.
+model; real transports: crashes and pauses, through the launcher's signals,
+and, given a `HostControl` over the machines, partitions, clogs, isolated and
+crashed hosts) and raises `FaultUnsupported` for the others, saying why.
 
 Targets are hosts (host agent ids, as `World.hosts` gives them) and procs.
 """
@@ -11,10 +12,21 @@ Targets are hosts (host agent ids, as `World.hosts` gives them) and procs.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 Heal = Callable[[], None]
 """Undoes the fault that returned it (call it once)."""
+
+
+def healing_all(heals: Iterable[Heal]) -> Heal:
+    """One heal for several faults, undone in the order they were made."""
+    done = list(heals)
+
+    def heal() -> None:
+        for each in done:
+            each()
+
+    return heal
 
 
 class FaultUnsupported(Exception):
@@ -24,8 +36,8 @@ class FaultUnsupported(Exception):
 class Faults(ABC):
     """Fault injection into one world. `crash`, `pause` and `resume` are thread-safe."""
 
-    controls_network = False
-    """Whether the network faults (slow, bandwidth, delay, clog, partition) can apply."""
+    network_faults: frozenset[str] = frozenset()
+    """Which network faults (of slow, bandwidth, delay, clog, partition, isolate) apply."""
 
     @abstractmethod
     def workers(self, host: str) -> list[str]:
@@ -71,5 +83,28 @@ class Faults(ABC):
         """Cut ``side`` off from ``other`` (only ``side`` -> ``other`` when ``one_way``)."""
         raise FaultUnsupported(self._no_network("a partition"))
 
+    def isolate(self, host: str) -> Heal:
+        """Cut ``host`` off from every other host and from the controller, both ways."""
+        raise FaultUnsupported(self._no_network("isolating a host"))
+
     def _no_network(self, what: str) -> str:
         return f"{what} needs control of the network, which this world does not have"
+
+
+class HostControl(ABC):
+    """Power over the machines a job's workers run on, and over the network between them.
+
+    A world cannot find out by itself which machines its workers run on or how
+    to cut their links: whoever made them (a cluster's operator, a test's
+    fixture) hands it one (``configure(host_control=...)``). Machines are named
+    by address: a worker's host by the address it listens on, the controller's
+    by the address the controller listens on.
+    """
+
+    @abstractmethod
+    def cut(self, src: str, dst: str) -> Heal:
+        """Drop every packet from ``src`` to ``dst`` (addresses), silently, until healed."""
+
+    @abstractmethod
+    def crash(self, address: str) -> None:
+        """The machine at ``address`` dies: its link goes silent, the job's processes on it end."""

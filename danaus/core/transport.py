@@ -262,6 +262,10 @@ class World(ABC):
         """The live worker procs of every host (as ``faults.workers`` reports them)."""
         return [p for host in self.hosts() for p in self.faults.workers(host)]
 
+    def live_hosts(self) -> list[str]:
+        """The hosts whose agents are up (every host, in a world that loses none)."""
+        return list(self.hosts())
+
     def local_runtimes(self) -> list[Runtime]:
         """The runtimes of the procs living in this OS process (they record into `trace`)."""
         return [self.root]

@@ -79,13 +79,15 @@ class KVStore(Scenario):
     settle = 5.0
     kinds = ("crash", "crash_host", "pause", "partition", "clog", "delay", "slow")
     sync_replication = True
+    flush_every = 0.5
+    """Seconds between two batches to the backup, when replication is not synchronous."""
     writes = 60
 
     async def run(self, history: History) -> dict[str, int] | None:
         def replica(host: int) -> ActorMesh[Replica]:
             cluster = hosts()  # on a real transport there may be fewer hosts: share them
             procs = cluster.slice(hosts=host % len(cluster)).spawn_procs(name=f"replica-h{host}")
-            return procs.spawn("replica", Replica, self.sync_replication, 0.5)
+            return procs.spawn("replica", Replica, self.sync_replication, self.flush_every)
 
         primary, backup = replica(1), replica(2)
         try:

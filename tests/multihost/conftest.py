@@ -15,10 +15,14 @@ from pathlib import Path
 import pytest
 
 import danaus
+from tests.cluster import Cluster, NamespaceControl
+from tests.tcp.conftest import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = {"heartbeat_interval": 0.3, "heartbeat_timeout": 3.0}
 """Heartbeats that notice a lost host within seconds, with room for a busy machine."""
+DETECTED = 3 * FAST["heartbeat_timeout"]
+"""A lost host is reported well within this (a hang guard, with room for a busy machine)."""
 
 
 @dataclass
@@ -132,3 +136,20 @@ def controller() -> Iterator[Callable[..., None]]:
         yield start
     finally:
         danaus.shutdown()
+
+
+@pytest.fixture
+def host_control(namespace_cluster: Cluster) -> Iterator[NamespaceControl]:
+    """Power over the cluster's machines for one test (``configure(host_control=...)``).
+
+    After the test, whatever happened: every cut is removed, every crashed
+    host plugged back in, this process's job shut down, and every host clean.
+    """
+    control = NamespaceControl(namespace_cluster)
+    try:
+        yield control
+    finally:
+        control.restore()
+        danaus.shutdown()
+        for host in namespace_cluster.hosts:
+            wait_until(lambda h=host: namespace_cluster.clean(h), 60, f"{host.name} to be clean")

@@ -9,20 +9,21 @@ tests after them.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 import danaus
 from danaus import Actor, Channel, MeshFailure, context, endpoint, hosts
 from danaus.rdma import RDMABuffer
-from tests.cluster import Cluster, Host
-from tests.multihost.conftest import FAST, ROOT
+from tests.cluster import Cluster
+from tests.multihost.conftest import DETECTED, FAST, ROOT
 from tests.tcp.conftest import wait_until
 
 pytestmark = pytest.mark.multihost
@@ -45,24 +46,6 @@ def job(namespace_cluster: Cluster, transport: str) -> Iterator[Cluster]:
         yield namespace_cluster
     finally:
         danaus.shutdown()
-
-
-def only_the_worker_left(cluster: Cluster, host: Host) -> bool:
-    """Whether ``host`` runs nothing but its worker (and the host agent it keeps ready)."""
-    worker = host.worker
-    if worker is None:
-        return False
-    for pid in cluster.pids_in(host):
-        if pid == worker.pid:
-            continue
-        try:
-            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            command = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except (OSError, IndexError):
-            continue
-        if parent != worker.pid or b"--preload" not in command:
-            return False
-    return True
 
 
 class Member(Actor):
@@ -146,8 +129,10 @@ def test_a_killed_agent_is_the_loss_of_every_proc_on_its_host(job, what):
     assert places[3][2] == agent, "both procs of a host are children of its agent"
     assert victim.worker is not None
     try:
+        since = time.monotonic()
         os.kill(victim.worker.pid if what == "worker" else agent, signal.SIGKILL)
         lost = losses_of(failures, 2)
+        assert time.monotonic() - since < DETECTED
         assert [dict(f.rank) for f in lost] == [{"hosts": 1, "gpus": 0}, {"hosts": 1, "gpus": 1}]
         assert all(f.host == victim.name for f in lost)
         survivors = members.slice(hosts=slice(0, 3, 2)).where.call().get(timeout=60)
@@ -158,7 +143,7 @@ def test_a_killed_agent_is_the_loss_of_every_proc_on_its_host(job, what):
         if what == "worker":
             job.stop_worker(victim)
             job.start_worker(victim)
-    wait_until(lambda: only_the_worker_left(job, victim), 60, f"{victim.name} to be clean")
+    wait_until(lambda: job.clean(victim), 60, f"{victim.name} to be clean")
 
 
 def test_a_host_whose_link_goes_down_is_lost_with_every_proc_on_it(job):
@@ -166,9 +151,11 @@ def test_a_host_whose_link_goes_down_is_lost_with_every_proc_on_it(job):
     danaus.unhandled_fault_hook = port.send
     members, _ = start_members(per_host=2)
     victim = job.hosts[2]
+    since = time.monotonic()
     job.link(victim, up=False)
     try:
         lost = losses_of(failures, 2)
+        assert time.monotonic() - since < DETECTED
         assert [dict(f.rank) for f in lost] == [{"hosts": 2, "gpus": 0}, {"hosts": 2, "gpus": 1}]
         assert all(f.host == victim.name for f in lost)
         assert any(f"lost with its host {victim.name}" in f.cause for f in lost)
@@ -176,7 +163,50 @@ def test_a_host_whose_link_goes_down_is_lost_with_every_proc_on_it(job):
         assert len(survivors) == 4
     finally:
         job.link(victim, up=True)
-    wait_until(lambda: only_the_worker_left(job, victim), 60, f"{victim.name} to be clean")
+    wait_until(lambda: job.clean(victim), 60, f"{victim.name} to be clean")
+
+
+def test_output_and_logs_of_every_host_reach_the_controller_named_by_host_and_rank(
+    namespace_cluster, transport
+):
+    result = subprocess.run(
+        [sys.executable, "-c", TALK.format(root=ROOT)],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "DANAUS_TRANSPORT": transport,
+            **namespace_cluster.controller_environment(),
+        },
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    for index, host in enumerate(namespace_cluster.hosts):
+        for gpu in range(2):
+            prefix = f"[{host.name} talkers hosts={index} gpus={gpu}]"
+            assert f"{prefix} printed\n" in result.stdout
+            assert f"{prefix} printed to stderr\n" in result.stderr
+            assert f"{prefix} WARNING talk: logged\n" in result.stderr
+
+
+class Talker(Actor):
+    @endpoint
+    def talk(self) -> None:
+        print("printed", flush=True)
+        print("printed to stderr", file=sys.stderr, flush=True)
+        logging.getLogger("talk").warning("logged")
+
+
+TALK = """
+import sys
+sys.path.insert(0, "{root}")
+import danaus
+from tests.multihost.test_cluster import Talker
+talkers = danaus.hosts().spawn_procs(per_host={{"gpus": 2}}).spawn("talkers", Talker)
+talkers.talk.call().get(timeout=120)
+danaus.shutdown()
+"""
 
 
 def test_a_vanished_controller_leaves_only_the_workers(namespace_cluster, transport, tmp_path):
@@ -195,12 +225,12 @@ def test_a_vanished_controller_leaves_only_the_workers(namespace_cluster, transp
     )
     assert controller.stdout is not None
     assert controller.stdout.readline().strip() == "6 procs up"
-    assert not any(only_the_worker_left(namespace_cluster, h) for h in namespace_cluster.hosts)
+    assert not any(namespace_cluster.clean(h) for h in namespace_cluster.hosts)
     controller.kill()
     controller.wait()
     for host in namespace_cluster.hosts:
         wait_until(
-            lambda h=host: only_the_worker_left(namespace_cluster, h),
+            lambda h=host: namespace_cluster.clean(h),
             60,
             f"{host.name} to be clean",
         )

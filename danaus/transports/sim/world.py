@@ -11,7 +11,7 @@ import random
 import signal
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -22,7 +22,7 @@ from danaus.core import trace as ev
 from danaus.core.agents import HOST_AGENT, PROC_AGENT, HostAgent, ProcAgent
 from danaus.core.blocking import GreenletRunner
 from danaus.core.context import peek_context
-from danaus.core.faults import Faults, Heal
+from danaus.core.faults import Faults, Heal, healing_all
 from danaus.core.names import NumberedNames
 from danaus.core.owned import STOP_TIMEOUT
 from danaus.core.runtime import Runtime, cancel_leftover_tasks
@@ -75,7 +75,7 @@ class SimLauncher(Launcher):
 class SimFaults(Faults):
     """Every fault, applied exactly on the simulated network and procs."""
 
-    controls_network = True
+    network_faults = frozenset(("slow", "bandwidth", "delay", "clog", "partition", "isolate"))
 
     def __init__(self, world: SimWorld) -> None:
         self._world = world
@@ -100,16 +100,20 @@ class SimFaults(Faults):
         return self._network.bandwidth(host, factor)
 
     def delay(self, a: str, b: str, seconds: float) -> Heal:
-        return _all(self._network.delay(src, dst, seconds) for src, dst in ((a, b), (b, a)))
+        return healing_all(self._network.delay(src, dst, seconds) for src, dst in ((a, b), (b, a)))
 
     def clog(self, a: str, b: str) -> Heal:
-        return _all(self._network.hold(src, dst) for src, dst in ((a, b), (b, a)))
+        return healing_all(self._network.hold(src, dst) for src, dst in ((a, b), (b, a)))
 
     def partition(self, side: Sequence[str], other: Sequence[str], one_way: bool) -> Heal:
         pairs = [(a, b) for a in side for b in other if a != b]
         if not one_way:
             pairs += [(b, a) for a, b in pairs]
-        return _all(self._network.hold(src, dst) for src, dst in pairs)
+        return healing_all(self._network.hold(src, dst) for src, dst in pairs)
+
+    def isolate(self, host: str) -> Heal:
+        """Cut ``host`` off from the other hosts (the controller stays with ``h0``)."""
+        return self.partition([host], [h for h in self._world.hosts() if h != host], False)
 
 
 def _steps_task(handle: Handle, which: Callable[[asyncio.Task[Any]], bool]) -> bool:
@@ -122,17 +126,6 @@ def _is_danaus_coroutine(coro: Any) -> bool:
     """Whether ``coro`` is Danaus's own code (a runtime task) rather than the program's."""
     frame = getattr(coro, "cr_frame", None)
     return frame is not None and frame.f_globals.get("__name__", "").startswith("danaus.")
-
-
-def _all(heals: Iterable[Heal]) -> Heal:
-    """One heal for several faults, undone in the order they were made."""
-    done = list(heals)
-
-    def heal() -> None:
-        for each in done:
-            each()
-
-    return heal
 
 
 class SimWorld(World):

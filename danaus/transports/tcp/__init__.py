@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from danaus.core.faults import HostControl
 from danaus.transports.tcp.limits import Limits
 from danaus.transports.tcp.world import (
     ADMIN_HOST,
@@ -38,6 +39,7 @@ def configured(
     handshake_timeout: float | None = None,
     max_pending_handshakes: int | None = None,
     max_procs_per_host: int | None = None,
+    host_control: HostControl | None = None,
 ) -> None:
     """Check the options of ``configure(transport="tcp", ...)``.
 
@@ -46,12 +48,16 @@ def configured(
     `danaus.transports.tcp.admin`. ``bind_host`` is the address this
     controller listens on (None: ``DANAUS_BIND_HOST``, else loopback).
     ``workers`` are the job's workers (None: ``DANAUS_WORKERS``), attached
-    with ``job_key`` (see `danaus.attach_to_workers`). The limits
+    with ``job_key`` (see `danaus.attach_to_workers`). ``host_control``
+    gives chaos runs power over the workers' machines and the network between
+    them (`danaus.transports.tcp.faults`). The limits
     (``max_message_bytes`` and the rest) are described in
     `danaus.transports.tcp.limits`; None takes them from the environment.
     """
     if heartbeat_interval <= 0 or heartbeat_timeout <= heartbeat_interval:
         raise ValueError("need 0 < heartbeat_interval < heartbeat_timeout")
+    if host_control is not None and not isinstance(host_control, HostControl):
+        raise TypeError(f"host_control must be a danaus.chaos.HostControl, not {host_control!r}")
     bind_host = bind_host_from(bind_host)
     job_workers = workers_from(workers)
     if job_workers:

@@ -193,6 +193,10 @@ class Directory:
         entry = self._entries.get(proc)
         return entry.last_heard if entry is not None else None
 
+    def live(self, proc: str) -> bool:
+        """Whether ``proc`` has registered and is not lost."""
+        return proc in self._entries
+
     def known(self, proc: str) -> bool:
         """Whether ``proc`` has registered (or has been declared lost since)."""
         return proc in self._entries or proc in self._losses

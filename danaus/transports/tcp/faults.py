@@ -1,34 +1,51 @@
-"""Faults on real processes: crashes and pauses are signals, sent by the proc's launcher.
+"""Faults on real processes: signals to procs, and, given control of the machines, the network.
 
 A proc on this host is signalled by the controller's launcher; one on an
 attached host, by that host's agent (the directory knows which). Network
-faults (delay, clogs, partitions) need control of the network, which a set of
-processes does not have; they raise `FaultUnsupported`.
+faults and whole-machine crashes need a `HostControl` over the workers'
+machines, which whoever made them hands to ``configure(host_control=...)``:
+with one, partitions and clogs cut the links between the hosts' addresses,
+``isolate`` cuts a host off from everyone, and ``crash_host`` makes its
+machine die. Without one, those raise `FaultUnsupported` (``crash_host``
+kills the host's procs by signals instead). Delays, slow procs and bandwidth
+drops always raise it.
+
+The controller counts as running on its own host (``this_host()``, the first
+of the job's hosts), as on the simulator: a partition that puts that host on
+one side puts the controller there too.
 """
 
 from __future__ import annotations
 
 import signal
+from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
-from danaus.core.faults import Faults, Heal
+from danaus.core.faults import Faults, FaultUnsupported, Heal, HostControl, healing_all
 
 if TYPE_CHECKING:
     from danaus.transports.tcp.world import TcpWorld
+
+CONTROLLED = frozenset(("clog", "partition", "isolate"))
+"""The network faults a `HostControl` makes possible (cutting links, not shaping them)."""
 
 
 class SignalFaults(Faults):
     """SIGKILL, SIGSTOP and SIGCONT to the job's worker processes, on any host."""
 
-    def __init__(self, world: TcpWorld) -> None:
+    def __init__(self, world: TcpWorld, control: HostControl | None = None) -> None:
         self._world = world
+        self._control = control
+        self.network_faults = CONTROLLED if control is not None else frozenset()
 
     def workers(self, host: str) -> list[str]:
         world = self._world
-        if world.directory is None:
-            raise RuntimeError("faults are injected from the controller")
-        return sorted(world.directory.procs_on(host))
+        if world.directory is not None:
+            return sorted(world.directory.procs_on(host))
+        if host == world.proc_id:  # a host agent knows the procs it started
+            return sorted(world.launcher.children())
+        raise RuntimeError("faults are injected from the controller")
 
     def crash(self, proc: str) -> None:
         self._signal(proc, signal.SIGKILL)
@@ -39,6 +56,57 @@ class SignalFaults(Faults):
 
     def resume(self, proc: str) -> None:
         self._signal(proc, signal.SIGCONT)
+
+    def crash_host(self, host: str) -> None:
+        if self._control is None:
+            super().crash_host(host)
+            return
+        self._control.crash(self._address(host))
+
+    def clog(self, a: str, b: str) -> Heal:
+        return self.partition([a], [b], one_way=False)
+
+    def partition(self, side: Sequence[str], other: Sequence[str], one_way: bool) -> Heal:
+        control = self._controlled("a partition")
+        ours, theirs = self._machines(side), self._machines(other)
+        pairs = [(a, b) for a in ours for b in theirs if a != b]
+        if not one_way:
+            pairs += [(b, a) for a, b in pairs]
+        return healing_all(control.cut(a, b) for a, b in pairs)
+
+    def isolate(self, host: str) -> Heal:
+        control = self._controlled("isolating a host")
+        address = self._address(host)
+        others = [self._world.bind_host, *self._world.host_addresses.values()]
+        return healing_all(
+            control.cut(a, b)
+            for other in dict.fromkeys(others)
+            if other != address
+            for a, b in ((address, other), (other, address))
+        )
+
+    def _controlled(self, what: str) -> HostControl:
+        if self._control is None:
+            raise FaultUnsupported(
+                f"{what} needs control of the workers' machines: "
+                "configure(host_control=...) gives it"
+            )
+        return self._control
+
+    def _address(self, host: str) -> str:
+        address = self._world.host_addresses.get(host)
+        if address is None:
+            raise FaultUnsupported(
+                f"host {host} is not an attached worker's: only their machines can be cut off"
+            )
+        return address
+
+    def _machines(self, hosts: Sequence[str]) -> list[str]:
+        """The addresses of ``hosts``, with the controller's beside its own host's."""
+        addresses = [self._address(host) for host in hosts]
+        if self._world.host_agent in hosts:
+            addresses.append(self._world.bind_host)
+        return list(dict.fromkeys(addresses))
 
     def _signal(self, proc: str, sig: int) -> None:
         world = self._world

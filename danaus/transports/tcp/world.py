@@ -38,6 +38,7 @@ from danaus.admin.service import AdminService
 from danaus.core.agents import HOST_AGENT, PROC_AGENT, HostAgent, ProcAgent
 from danaus.core.attach import ATTACH_TIMEOUT
 from danaus.core.blocking import ActorThread
+from danaus.core.faults import HostControl
 from danaus.core.owned import STOP_TIMEOUT
 from danaus.core.runtime import Runtime, cancel_leftover_tasks
 from danaus.core.serialize import loads
@@ -122,6 +123,7 @@ class TcpWorld(World):
         trace: bool = False,
         job_hosts: Sequence[str] = (),
         remote: bool = False,
+        host_control: HostControl | None = None,
     ) -> None:
         self.proc_id = proc_id
         self.host = host
@@ -157,7 +159,9 @@ class TcpWorld(World):
         )
         self.controller_address = controller_address or self.transport.address.control
         self.launcher = LocalLauncher(self)
-        self.faults = SignalFaults(self)
+        self.faults = SignalFaults(self, host_control)
+        self.host_addresses: dict[str, str] = {}
+        """The address of each attached host's worker, by host agent (the controller only)."""
         self.directory: Directory = None  # type: ignore[assignment]
         self.registry: Registry = None  # type: ignore[assignment]
         """Where the launcher registers its children: the directory, or the controller's."""
@@ -190,6 +194,7 @@ class TcpWorld(World):
         admin_host: str = ADMIN_HOST,
         workers: Sequence[str] | None = None,
         job_key: Any = None,
+        host_control: HostControl | None = None,
         **limits: float | None,
     ) -> TcpWorld:
         """The controller's world: the root proc, the directory, and this host's agent.
@@ -199,7 +204,9 @@ class TcpWorld(World):
         `danaus debug` on ``admin_host``. With ``workers`` (or
         ``DANAUS_WORKERS``), it attaches to them at once: they are the job's
         hosts (``hosts()``), and ``this_host()`` in the controller is the first
-        of them. ``limits`` are the options of `Limits.from_options`.
+        of them. ``host_control`` gives chaos runs power over the workers'
+        machines (`danaus.transports.tcp.faults`). ``limits`` are the options
+        of `Limits.from_options`.
         """
         trace_file = tracing.destination(trace)
         bind_host = bind_host_from(bind_host)
@@ -217,6 +224,7 @@ class TcpWorld(World):
             limits=Limits.from_options(**limits),
             trace=bool(trace) or trace_file is not None,
             job_hosts=job_hosts,
+            host_control=host_control,
         )
         world.trace_file = trace_file
         if admin:
@@ -396,6 +404,7 @@ class TcpWorld(World):
         keys, addresses = plan
         assert self.attacher is not None
         for agent, (ip, port) in zip(agents, addresses):
+            self.host_addresses[agent] = ip
             boot = self.bootstrap(agent, "host", "", host_agent=agent, bind_host="", remote=True)
             self.io.call_soon(self.attacher.attach, agent, ip, port, keys, boot, timeout)
 
@@ -448,6 +457,11 @@ class TcpWorld(World):
 
     def hosts(self) -> Sequence[str]:
         return self.job_hosts or [self.host_agent]
+
+    def live_hosts(self) -> list[str]:
+        if self.directory is None:
+            raise RuntimeError("only the controller knows which hosts are up")
+        return [host for host in self.hosts() if self.directory.live(host)]
 
     def actor_runner(self, name: str) -> ActorRunner:
         return ActorThread(f"danaus-actor-{name}")
