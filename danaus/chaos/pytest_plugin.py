@@ -52,6 +52,11 @@ def pytest_configure(config: Any) -> None:
     config.addinivalue_line(
         "markers", "chaos_seeds(start, stop): run the test once per seed in range(start, stop)"
     )
+    config.addinivalue_line(
+        "markers",
+        "danaus_default_schedule: under --danaus-seeds, run only on schedule seed 0 (the test "
+        "checks what the default schedule does, exactly)",
+    )
     if config.getoption("--danaus-sim"):
         from danaus.chaos.runner import seed_range
         from danaus.chaos.sim_switch import SimSwitch

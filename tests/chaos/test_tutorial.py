@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from docs_hooks import PLAN, SEED, buggy_kv_page
 from kvstore import BuggyKV, KVStore
 
@@ -19,6 +20,7 @@ def lost(keys: range) -> list[str]:
     return [f"acknowledged write k{k}={k} lost (store has None)" for k in keys]
 
 
+@pytest.mark.danaus_default_schedule
 def test_the_seed_fails_and_shrinks_to_the_crash_the_tutorial_shows():
     outcome = run_scenario(BuggyKV(), SEED)
     assert [v.message for v in outcome.violations] == lost(range(43, 47))
@@ -30,6 +32,7 @@ def test_the_seed_fails_and_shrinks_to_the_crash_the_tutorial_shows():
     assert PLAN in TUTORIAL and smallest.describe() in TUTORIAL
 
 
+@pytest.mark.danaus_default_schedule
 def test_the_story_of_the_picture():
     """The primary's last batch leaves at 4.550 s, four acknowledged puts follow, then the crash."""
     events = run_scenario(BuggyKV(), SEED, Plan.from_json(PLAN)).trace.events
