@@ -8,6 +8,7 @@ import pytest
 from hypothesis import settings
 
 import danaus
+from danaus import MeshFailure
 from danaus.core.supervision import default_unhandled_fault_hook
 from tests.cluster import CLUSTER_SIZE, Cluster, cluster, unavailable
 
@@ -18,10 +19,19 @@ settings.load_profile("danaus")
 
 
 @pytest.fixture(autouse=True)
-def _restore_fault_hook() -> Iterator[None]:
-    """Put back the default unhandled-fault hook a test may have replaced."""
+def _unhandled_failures_fail_the_test() -> Iterator[None]:
+    """A failure that no owner handled fails the test, instead of ending pytest's process.
+
+    The default hook ends the controller, which is pytest's process here: every
+    later test would be lost, and the report with them. A test that replaces
+    the hook itself keeps its own; the default is put back afterwards.
+    """
+    unhandled: list[MeshFailure] = []
+    danaus.unhandled_fault_hook = unhandled.append
     yield
     danaus.unhandled_fault_hook = default_unhandled_fault_hook
+    if unhandled:
+        pytest.fail(f"a failure reached the controller unhandled:\n{unhandled[0].report()}")
 
 
 @pytest.fixture(scope="session")
