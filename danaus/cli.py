@@ -103,6 +103,7 @@ def _worker(args: argparse.Namespace) -> int:
             key=Path(args.key_file) if args.key_file else None,
             name=args.name,
             exit_on_disconnect=args.once,
+            address_file=args.address_file,
         )
     except (ValueError, PermissionError) as exc:
         raise SystemExit(f"danaus worker: {exc}") from None
@@ -167,6 +168,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     worker.add_argument(
         "--once", action="store_true", help="exit when the first controller is done"
+    )
+    worker.add_argument(
+        "--address-file",
+        help="write the address it listens on to this file once it listens "
+        "(with port 0, which picks a free port)",
     )
     worker.set_defaults(handler=_worker)
     key = commands.add_parser("key", help="make a new job key for workers and their controller")
