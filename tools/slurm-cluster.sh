@@ -117,26 +117,37 @@ start() {
     echo "SLURM cluster of n1..n3 up: SLURM_CONF=$SLURM_CONF"
 }
 
-stop_pid() {
-    local file=$1
-    if pid_alive "$file"; then
-        local pid
-        pid=$(cat "$file")
-        kill "$pid"
-        wait_for "process $pid ($file) to end" bash -c "! kill -0 $pid"
+all_ended() {
+    local pid
+    for pid in "$@"; do
+        if kill -0 "$pid" 2>/dev/null; then
+            return 1
+        fi
+    done
+}
+
+stop_pids() {
+    # SIGTERM each daemon whose pid file names a live process, all at once, then wait for them
+    local pids=() file
+    for file in "$@"; do
+        if pid_alive "$file"; then
+            pids+=("$(cat "$file")")
+        fi
+    done
+    if [ ${#pids[@]} -gt 0 ]; then
+        kill "${pids[@]}"
+        wait_for "daemons ${pids[*]} to end" all_ended "${pids[@]}"
     fi
 }
 
 stop() {
     if [ -f "$SLURM_CONF" ]; then
         scancel --full --quiet -p debug 2>/dev/null || true
-        for node in n1 n2 n3; do
-            stop_pid "$dir/slurmd.$node.pid"
-        done
-        stop_pid "$dir/slurmctld.pid"
+        stop_pids "$dir"/slurmd.n[1-3].pid
+        stop_pids "$dir/slurmctld.pid"
     fi
     if [ -f "$dir/munged.ours" ]; then
-        stop_pid /run/munge/munged.pid
+        stop_pids /run/munge/munged.pid
         rm -f "$dir/munged.ours"
     fi
 }
