@@ -103,9 +103,42 @@ def _worker(args: argparse.Namespace) -> int:
             key=Path(args.key_file) if args.key_file else None,
             name=args.name,
             exit_on_disconnect=args.once,
+            address_file=args.address_file,
         )
     except (ValueError, PermissionError) as exc:
         raise SystemExit(f"danaus worker: {exc}") from None
+    return 0
+
+
+def _jobs(args: argparse.Namespace) -> int:
+    import danaus
+    from danaus import job as jobs
+
+    try:
+        if args.action == "apply":
+            job = load(args.target)
+            if not isinstance(job, jobs.Job):
+                raise SystemExit(f"{args.target} is not a danaus.job.Job but {type(job).__name__}")
+            if args.script is not None:
+                if not isinstance(job, jobs.SlurmJob):
+                    raise SystemExit("--script (batch mode) needs a SlurmJob")
+                job.apply(client_script=args.script, args=args.args)
+            else:
+                job.apply()
+            print(f"applied the {job.kind} job in {job.directory}")
+        elif args.action == "state":
+            job = jobs.load(args.dir)
+            state, addresses = job.state(), job.addresses()
+            for name in state:
+                state[name].initialized.get(timeout=args.timeout)
+                print(f"{name}: {len(state[name])} hosts, attached: {' '.join(addresses[name])}")
+            danaus.shutdown()
+        else:
+            job = jobs.load(args.dir)
+            job.kill()
+            print(f"killed the {job.kind} job in {job.directory}")
+    except (jobs.JobNotApplied, jobs.SchedulerMissing, RuntimeError, ValueError) as exc:
+        raise SystemExit(f"danaus job {args.action}: {exc}") from None
     return 0
 
 
@@ -123,6 +156,27 @@ def _key(args: argparse.Namespace) -> int:
         ) from None
     print(f"wrote a new job key to {args.out} (readable by you only)")
     return 0
+
+
+def add_job_commands(commands: Any) -> None:
+    """``danaus job apply|state|kill``."""
+    job = commands.add_parser("job", help="apply a job (local, SLURM, Kubernetes), see it, kill it")
+    actions = job.add_subparsers(dest="action", required=True)
+    apply = actions.add_parser("apply", help="start the job's hosts (and its batch script)")
+    apply.add_argument("target", help="PATH.py::NAME or module::NAME naming a danaus.job.Job")
+    apply.add_argument(
+        "--script", help="SLURM batch mode: run this controller script inside the allocation"
+    )
+    apply.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
+    apply.set_defaults(handler=_jobs)
+    state = actions.add_parser("state", help="attach to the job's workers and list its meshes")
+    state.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for them")
+    kill = actions.add_parser("kill", help="end every worker and allocation of the job")
+    for action in (state, kill):
+        action.add_argument(
+            "--dir", default=None, help="the job's directory (default: .danaus/job)"
+        )
+        action.set_defaults(handler=_jobs)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -168,10 +222,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     worker.add_argument(
         "--once", action="store_true", help="exit when the first controller is done"
     )
+    worker.add_argument(
+        "--address-file",
+        help="write the address it listens on to this file once it listens "
+        "(with port 0, which picks a free port)",
+    )
     worker.set_defaults(handler=_worker)
     key = commands.add_parser("key", help="make a new job key for workers and their controller")
     key.add_argument("--out", help="write it to this new file (mode 600) instead of stdout")
     key.set_defaults(handler=_key)
+    add_job_commands(commands)
     from danaus.chaos.cli import add_commands
 
     add_commands(commands, load)

@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import sys
+from pathlib import Path
 
 from danaus.core.attach import Key
 from danaus.core.bootstrap import BootstrapCommand
@@ -30,6 +31,7 @@ def run_worker_loop_forever(
     key: Key = None,
     name: str | None = None,
     exit_on_disconnect: bool = False,
+    address_file: str | os.PathLike[str] | None = None,
 ) -> None:
     """Serve as this host's worker: wait for a controller, run its procs, wait for the next.
 
@@ -43,7 +45,9 @@ def run_worker_loop_forever(
     Only a controller holding the job's key can attach, one at a time. When it
     releases the worker or goes silent, every proc it started here is killed,
     and the worker waits for the next controller, or returns if
-    ``exit_on_disconnect``. A final release (``HostMesh.shutdown()``), SIGTERM
+    ``exit_on_disconnect``. ``address_file`` receives the address it listens on
+    once it listens (for a job system that waits for its workers, and for
+    port 0, which picks a free port). A final release (``HostMesh.shutdown()``), SIGTERM
     or SIGINT end it.
     """
     ip, port = hostlink.parse_address(address)
@@ -60,7 +64,12 @@ def run_worker_loop_forever(
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         )
     run_worker_loop(
-        ip, port, keys, name=name or socket.gethostname(), exit_on_disconnect=exit_on_disconnect
+        ip,
+        port,
+        keys,
+        name=name or socket.gethostname(),
+        exit_on_disconnect=exit_on_disconnect,
+        address_file=Path(address_file) if address_file is not None else None,
     )
 
 

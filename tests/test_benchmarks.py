@@ -121,3 +121,14 @@ def test_multihost_small() -> None:
     assert rows[0]["hosts"] == 3 and rows[0]["procs_per_host"] == 2
     for key, row in [("median_s", rows[0]), ("median_us", rows[1]), ("mb_per_s", rows[2])]:
         assert row[key] > 0, row
+
+
+def test_slurm_small() -> None:
+    """A three-node SLURM cluster on this host, one mesh-up run (or a line saying why not)."""
+    rows = run_benchmark("slurm.py", "--runs", "1")
+    if rows[0].get("skipped"):
+        pytest.skip(rows[0]["skipped"])
+    assert [row["benchmark"] for row in rows] == ["slurm_mesh_up"]
+    assert rows[0]["hosts"] == 3 and rows[0]["procs_per_host"] == 2 and rows[0]["runs"] == 1
+    for key in ("mesh_up_median_s", "apply_median_s", "kill_median_s"):
+        assert rows[0][key] > 0, rows[0]

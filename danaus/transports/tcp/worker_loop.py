@@ -27,6 +27,7 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import msgspec
 import zmq
@@ -243,15 +244,27 @@ class WorkerLoop:
 
 
 def run_worker_loop(
-    ip: str, port: int, keys: JobKeys, *, name: str, exit_on_disconnect: bool = False
+    ip: str,
+    port: int,
+    keys: JobKeys,
+    *,
+    name: str,
+    exit_on_disconnect: bool = False,
+    address_file: Path | None = None,
 ) -> None:
     """Run a worker loop in this process until it is told to exit, or a signal ends it.
 
-    Prints one line when it listens (``danaus worker NAME listening on ADDRESS``).
+    Prints one line when it listens (``danaus worker NAME listening on ADDRESS``),
+    and writes ADDRESS to ``address_file`` if given (whole, or not at all: a job
+    system waits for the file to know the worker is up, and where).
     """
     worker = WorkerLoop(ip, port, keys, name=name, exit_on_disconnect=exit_on_disconnect)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: worker.request_exit())
+    if address_file is not None:
+        partial = address_file.with_name(address_file.name + ".partial")
+        partial.write_text(worker.address + "\n")
+        partial.replace(address_file)
     print(f"danaus worker {name} listening on {worker.address}", flush=True)
     sys.stdout.flush()
     worker.run()
