@@ -94,6 +94,9 @@ def _run(args: argparse.Namespace) -> int:
         danaus.shutdown()
     if args.trace:
         print(f"trace: {args.trace}", file=sys.stderr)
+    return 0
+
+
 def _worker(args: argparse.Namespace) -> int:
     from danaus.workers import run_worker_loop_forever
 
