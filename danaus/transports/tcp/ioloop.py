@@ -15,6 +15,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -38,6 +39,9 @@ class IoLoop:
         self._timers: list[tuple[float, int, Callable[[], Any]]] = []
         self._timer_ids = itertools.count()
         self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        # Closed with this object, never before: a thread may still call_soon after
+        # the loop has stopped, and a closed number may already name another file.
+        weakref.finalize(self, os.close, self._wake_fd)
         self._woken = False
         self._poller.register(self._wake_fd, zmq.POLLIN)
         self._running = True
@@ -103,7 +107,6 @@ class IoLoop:
                     self._guard(handler)
             self._run_calls()
             self._run_timers()
-        os.close(self._wake_fd)
 
     def _run_calls(self) -> None:
         for _ in range(len(self._calls)):
