@@ -77,7 +77,10 @@ def _debug(args: argparse.Namespace) -> int:
     from danaus.transports.tcp.admin import AdminClient
 
     with AdminClient(_job(args.job)) as client:
-        return DebugRepl(client).run()
+        try:
+            return DebugRepl(client).run()
+        except ConnectionError as exc:
+            raise SystemExit(f"danaus debug: {exc}") from None
 
 
 def _run(args: argparse.Namespace) -> int:

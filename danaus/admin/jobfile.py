@@ -88,7 +88,8 @@ def read(path: Path) -> JobFile:
         raise ValueError(f"{path} is not a Danaus job file: {exc}") from None
 
 
-def _alive(job: JobFile) -> bool:
+def alive(job: JobFile) -> bool:
+    """Whether the job's controller still runs (always True for one on another host)."""
     if job.host != socket.gethostname():
         return True
     try:
@@ -109,7 +110,7 @@ def running() -> list[tuple[Path, JobFile]]:
     found = []
     for path in folder.glob("*.job"):
         job = read(path)
-        if _alive(job):
+        if alive(job):
             found.append((path, job))
         else:
             with contextlib.suppress(FileNotFoundError):

@@ -343,10 +343,10 @@ def test_calls_on_stopped_or_dead_meshes_raise_supervision_errors(run):
         dead_procs = this_host().spawn_procs({"r": 1})
         dead = dead_procs.spawn("dead", Raiser)
         dead.initialized.get(timeout=30)
-        crash(dead)
+        crash(dead)  # the kill is under way when crash returns: wait until it is reported
+        assert failures.recv().get(timeout=30).mesh_name == "dead"
         with pytest.raises(SupervisionError):
             dead.ping.call_one().get(timeout=30)
-        assert failures.recv().get(timeout=30).mesh_name == "dead"
         dead_procs.stop().get(timeout=30)
         procs.stop().get(timeout=30)
         with pytest.raises(MeshStoppedError):

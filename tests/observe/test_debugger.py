@@ -24,6 +24,7 @@ class Trainer(Actor):
 procs = this_host().spawn_procs(per_host={"gpus": 2})
 trainers = procs.spawn("trainer", Trainer)
 print("result:", sorted(trainers.step.call(4).get().values()), flush=True)
+input()  # the job stays up until the test is done with it
 """
 
 PROMPT = "danaus debug> "
@@ -57,11 +58,12 @@ def test_two_stopped_ranks_are_listed_attached_inspected_and_continued(tmp_path,
             debug.sendline("continue")
             debug.expect_exact(f"session {session} ended: the rank runs on")
             debug.expect(PROMPT)
+        job.expect_exact("result: [40, 50]")
         debug.sendline("list")
         debug.expect_exact("no rank is stopped at breakpoint()")
         debug.sendline("quit")
         debug.expect(pexpect.EOF)
-        job.expect_exact("result: [40, 50]")
+        job.sendline("")
         job.expect(pexpect.EOF)
         job.close()
         assert job.exitstatus == 0

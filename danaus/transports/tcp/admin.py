@@ -153,7 +153,10 @@ class AdminClient:
         self.job = job
 
     def ask(self, request: protocol.Request, timeout: float | None = None) -> protocol.Answer:
-        """Send ``request`` and wait for its answer (``TimeoutError`` after ``timeout`` s)."""
+        """Send ``request`` and wait for its answer (``TimeoutError`` after ``timeout`` s).
+
+        Raises `ConnectionError` when the job's controller has ended meanwhile.
+        """
         request_id = str(next(self._ids)).encode()
         self._socket.send_multipart([request_id, protocol.encode(request)])
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -167,6 +170,8 @@ class AdminClient:
                 raise TimeoutError(
                     f"the job of pid {self.job.pid} did not answer within {timeout} s"
                 )
+            elif not jobfile.alive(self.job):
+                raise ConnectionError(f"the job of pid {self.job.pid} has ended")
 
     def close(self) -> None:
         self._socket.close(0)
