@@ -594,10 +594,6 @@ def worker_main(boot: Bootstrap, parent: int | None = None) -> None:
         world.io.stop()
         for context in world.contexts:
             context.destroy(linger=1000)
-    # Ended here, as multiprocessing's children are: the interpreter's own exit
-    # (atexit handlers, library destructors: UCX's take a second) is skipped.
-    _flush()
-    os._exit(0)
 
 
 __all__ = ["TcpWorld", "worker_main"]
