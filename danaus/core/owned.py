@@ -86,6 +86,8 @@ class OwnedMesh:
             raise MeshStoppedError(
                 f"{lead}{self.kind} is stopped due to proc mesh shutdown ({self.name!r})"
             )
+        if self.stopped and self.spawn is not None:  # an actor mesh, stopped by its owner
+            raise MeshStoppedError(f"{lead}The actor mesh {self.name!r} has status: stopped")
         if self.stopped:
             kind = "".join(word.capitalize() for word in self.kind.split())
             raise MeshStoppedError(f"{lead}`{kind}` has already been stopped ({self.name!r})")
