@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from hypothesis import settings
 
 import danaus
 from danaus import MeshFailure
+from danaus.core import config
 from danaus.core.supervision import default_unhandled_fault_hook
 from tests.cluster import CLUSTER_SIZE, Cluster, cluster, unavailable
 
@@ -32,6 +33,20 @@ def _unhandled_failures_fail_the_test() -> Iterator[None]:
     danaus.unhandled_fault_hook = default_unhandled_fault_hook
     if unhandled:
         pytest.fail(f"a failure reached the controller unhandled:\n{unhandled[0].report()}")
+
+
+@pytest.fixture
+def tcp() -> Iterator[Callable[..., object]]:
+    """Configure a tcp world with the given options; it is shut down after the test."""
+
+    def start(**options: object) -> object:
+        danaus.configure(transport="tcp", **options)
+        return config.current_world()
+
+    try:
+        yield start
+    finally:
+        danaus.shutdown()
 
 
 @pytest.fixture(scope="session")

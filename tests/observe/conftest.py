@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,21 +35,12 @@ PYTHON = sys.executable
 
 
 @pytest.fixture
-def tcp_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def tcp_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tcp: Callable[..., object]
+) -> Callable[..., object]:
     """A tcp world in this process whose job file goes to a private directory; shut down after."""
-    import danaus
-    from danaus.core import config
-
     monkeypatch.setenv("DANAUS_JOBS_DIR", str(tmp_path / "jobs"))
-
-    def start(**options: object) -> object:
-        danaus.configure(transport="tcp", **options)
-        return config.current_world()
-
-    try:
-        yield start
-    finally:
-        danaus.shutdown()
+    return tcp
 
 
 def wait_for(condition, timeout: float, what: str):

@@ -6,29 +6,12 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-import danaus
-from danaus.core import config
-
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def tcp() -> Iterator[Callable[..., object]]:
-    """Configure a tcp world with the given options; it is shut down after the test."""
-
-    def start(**options: object) -> object:
-        danaus.configure(transport="tcp", **options)
-        return config.current_world()
-
-    try:
-        yield start
-    finally:
-        danaus.shutdown()
 
 
 def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None:
