@@ -55,7 +55,7 @@ class Endpoint(Generic[R]):
     def _prepare(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[Runtime, Instance, list[Buffer]]:
-        self._mesh._check_usable(f"{self._mesh.name}.{self._spec.name}()")
+        self._mesh._check_usable(self._spec.name)
         self._spec.check(args, kwargs)
         payload = dumps((args, kwargs), f"an argument of {self._spec.owner}.{self._spec.name}()")
         sender = context().actor_instance

@@ -55,9 +55,9 @@ class _Mesh(MeshTrait):
         procs = self._members()
         return [(procs[rank], index) for index, rank in enumerate(self._shape.ranks())]
 
-    def _check_usable(self, call: str | None = None) -> None:
+    def _check_usable(self, endpoint: str | None = None) -> None:
         if self._owned is not None:
-            self._owned.check_usable(self._shape, call)
+            self._owned.check_usable(self._shape, endpoint)
 
     async def __aenter__(self) -> Any:
         return self

@@ -75,26 +75,30 @@ class OwnedMesh:
         """The procs of the members, by base rank: after restarts, or ``spawned`` as is."""
         return self.procs if self.procs is not None else spawned
 
-    def check_usable(self, shape: Shape, call: str | None = None) -> None:
+    def check_usable(self, shape: Shape, endpoint: str | None = None) -> None:
         """Raise if the mesh is stopped, or if a member under ``shape`` has failed.
 
-        ``call`` names the endpoint call being made (``mesh.endpoint()``), which
-        the error then names first, as Monarch's do.
+        ``endpoint`` is the endpoint being called, which the error then names
+        first (``Endpoint call mesh.endpoint() failed, ...``), as Monarch's do.
         """
-        lead = f"Endpoint call {call} failed, " if call else ""
-        if self.stopped and self.ended_with_procs:
-            raise MeshStoppedError(
-                f"{lead}{self.kind} is stopped due to proc mesh shutdown ({self.name!r})"
-            )
-        if self.stopped and self.spawn is not None:  # an actor mesh, stopped by its owner
-            raise MeshStoppedError(f"{lead}The actor mesh {self.name!r} has status: stopped")
         if self.stopped:
-            kind = "".join(word.capitalize() for word in self.kind.split())
-            raise MeshStoppedError(f"{lead}`{kind}` has already been stopped ({self.name!r})")
+            raise MeshStoppedError(self._lead(endpoint) + self._stopped())
         for rank in shape.ranks() if self.failed else ():
             failure = self.failed.get(rank)
             if failure is not None:
-                raise SupervisionError(f"{lead}{failure.report()}", failure)
+                raise SupervisionError(self._lead(endpoint) + failure.report(), failure)
+
+    def _lead(self, endpoint: str | None) -> str:
+        return f"Endpoint call {self.name}.{endpoint}() failed, " if endpoint else ""
+
+    def _stopped(self) -> str:
+        """Why the mesh takes no messages, in the words Monarch's errors use."""
+        if self.ended_with_procs:
+            return f"{self.kind} is stopped due to proc mesh shutdown ({self.name!r})"
+        if self.spawn is not None:  # an actor mesh, stopped by its owner
+            return f"The actor mesh {self.name!r} has status: stopped"
+        kind = "".join(word.capitalize() for word in self.kind.split())
+        return f"`{kind}` has already been stopped ({self.name!r})"
 
     def end(self, with_procs: bool = False) -> bool:
         """Refuse messages from now on, unwatched and off the owner's list; False if already so.
