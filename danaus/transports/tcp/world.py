@@ -28,13 +28,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import msgspec
 import zmq
 
 from danaus import tracing
-from danaus.admin.service import AdminService
 from danaus.core.agents import HOST_AGENT, PROC_AGENT, HostAgent, ProcAgent
 from danaus.core.attach import ATTACH_TIMEOUT
 from danaus.core.blocking import ActorThread
@@ -46,8 +45,6 @@ from danaus.core.trace import Trace
 from danaus.core.transport import ActorRunner, World
 from danaus.debug import hook
 from danaus.transports.tcp import control, hostlink, jobkey
-from danaus.transports.tcp.admin import AdminSocket
-from danaus.transports.tcp.attacher import Attacher
 from danaus.transports.tcp.bootstrap import Bootstrap
 from danaus.transports.tcp.directory import Directory
 from danaus.transports.tcp.faults import SignalFaults
@@ -58,6 +55,11 @@ from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.tcp.remote import RemoteRegistry, forward_output
 from danaus.transports.tcp.security import JobKeys, ZapHandler
 from danaus.transports.tcp.transport import ROOT, TcpTransport
+
+if TYPE_CHECKING:
+    from danaus.admin.service import AdminService
+    from danaus.transports.tcp.admin import AdminSocket
+    from danaus.transports.tcp.attacher import Attacher
 
 log = logging.getLogger("danaus.tcp")
 
@@ -208,6 +210,11 @@ class TcpWorld(World):
         machines (`danaus.transports.tcp.faults`). ``limits`` are the options
         of `Limits.from_options`.
         """
+        # What only a controller runs is imported here, off a worker's start-up.
+        from danaus.admin.service import AdminService
+        from danaus.transports.tcp.admin import AdminSocket
+        from danaus.transports.tcp.attacher import Attacher
+
         trace_file = tracing.destination(trace)
         bind_host = bind_host_from(bind_host)
         workers = workers_from(workers)
