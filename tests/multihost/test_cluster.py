@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -78,19 +79,24 @@ class Member(Actor):
         return bytes(into)
 
 
-def test_getting_started_runs_on_three_hosts(namespace_cluster, transport):
-    """The example, unchanged, with the job's workers named in its environment."""
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "getting_started.py")],
+def run_controller(
+    args: list[str], cluster: Any, transport: str
+) -> subprocess.CompletedProcess[str]:
+    """Run a controller program in a fresh interpreter, attached to ``cluster``'s workers."""
+    return subprocess.run(
+        [sys.executable, *args],
         cwd=ROOT,
-        env={
-            **os.environ,
-            "DANAUS_TRANSPORT": transport,
-            **namespace_cluster.controller_environment(),
-        },
+        env={**os.environ, "DANAUS_TRANSPORT": transport, **cluster.controller_environment()},
         capture_output=True,
         text=True,
         timeout=300,
+    )
+
+
+def test_getting_started_runs_on_three_hosts(namespace_cluster, transport):
+    """The example, unchanged, with the job's workers named in its environment."""
+    result = run_controller(
+        [str(ROOT / "examples" / "getting_started.py")], namespace_cluster, transport
     )
     assert result.returncode == 0, result.stderr
     assert "mesh sizes {'hosts': 3, 'gpus': 8}" in result.stdout
@@ -169,18 +175,7 @@ def test_a_host_whose_link_goes_down_is_lost_with_every_proc_on_it(job):
 def test_output_and_logs_of_every_host_reach_the_controller_named_by_host_and_rank(
     namespace_cluster, transport
 ):
-    result = subprocess.run(
-        [sys.executable, "-c", TALK.format(root=ROOT)],
-        cwd=ROOT,
-        env={
-            **os.environ,
-            "DANAUS_TRANSPORT": transport,
-            **namespace_cluster.controller_environment(),
-        },
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = run_controller(["-c", TALK.format(root=ROOT)], namespace_cluster, transport)
     assert result.returncode == 0, result.stderr
     for index, host in enumerate(namespace_cluster.hosts):
         for gpu in range(2):
