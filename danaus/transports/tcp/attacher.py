@@ -66,7 +66,6 @@ class Attacher:
         """The host agents attached (or being attached) and not released."""
         return list(self._links)
 
-
     def attach(
         self, agent: str, ip: str, port: int, keys: JobKeys, boot: Bootstrap, timeout: float
     ) -> None:

@@ -42,9 +42,11 @@ from danaus.core.logs import LoggingOptions, OutputAggregator
 from danaus.core.transport import Launcher, ProcLoss, ProcSpec
 from danaus.progress import Progress
 from danaus.transports.tcp import control
+from danaus.transports.tcp.forkserver import ForkServer
 from danaus.transports.tcp.ioloop import Settle, settler
 
 if TYPE_CHECKING:
+    from danaus.transports.tcp.bootstrap import Bootstrap
     from danaus.transports.tcp.world import TcpWorld
 
 log = logging.getLogger("danaus.launcher")
@@ -75,7 +77,9 @@ def default_argv() -> list[str]:
 @dataclass
 class _Child:
     spec: ProcSpec
-    popen: subprocess.Popen[bytes]
+    pid: int
+    stdout: IO[bytes]
+    stderr: IO[bytes]
     pidfd: int
     started: Settle
     stderr_tail: list[str] = field(default_factory=list)
@@ -84,8 +88,7 @@ class _Child:
 
     def outputs(self) -> tuple[tuple[IO[bytes], int], ...]:
         """The worker's stdout and stderr pipes, each with the stream it is copied to."""
-        assert self.popen.stdout is not None and self.popen.stderr is not None
-        return (self.popen.stdout, STDOUT), (self.popen.stderr, STDERR)
+        return (self.stdout, STDOUT), (self.stderr, STDERR)
 
 
 class _Starter:
@@ -118,6 +121,13 @@ class LocalLauncher(Launcher):
     def __init__(self, world: TcpWorld) -> None:
         self.world = world
         self._children: dict[str, _Child] = {}
+        self._forked: dict[int, _Child] = {}
+        """The running children that the fork server started, by pid."""
+        self._early_exits: dict[int, int] = {}
+        """Exit codes the fork server reported before their child was watched, by pid."""
+        self._forks: ForkServer | None = None
+        """Starts workers by forking, from the first launch on; None before, or if it cannot."""
+        self._forks_tried = False
         self._starter = _Starter(f"danaus-start-{world.proc_id}")
         self._output = {
             stream: OutputAggregator(
@@ -128,6 +138,7 @@ class LocalLauncher(Launcher):
 
     def close(self) -> None:
         """Stop starting processes; those still running are killed (their parent-death signal)."""
+        self._starter.call_soon(self._close_fork_server)
         self._starter.close()
 
     def set_output(self, procs: Sequence[str], options: LoggingOptions) -> None:
@@ -172,11 +183,52 @@ class LocalLauncher(Launcher):
             call_soon(fn, item, settler(loop, future))
         return futures
 
+    # ---- the starter's thread ----------------------------------------------------------
+
+    def _fork_server(self) -> ForkServer | None:
+        """The fork server, started the first time it is asked for (most workers never launch)."""
+        if not self._forks_tried:
+            self._forks_tried = True
+            self._start_fork_server()
+        return self._forks
+
+    def _start_fork_server(self) -> None:
+        try:
+            forks = ForkServer(self.world.name)
+        except OSError as exc:
+            log.warning("procs start as new interpreters: no fork server (%s)", exc)
+            return
+        self._forks = forks
+        reader = functools.partial(self._read_exits, forks)
+        self.world.io.call_soon(self.world.io.add_reader, forks.exits.fileno(), reader)
+
+    def _close_fork_server(self) -> None:
+        forks, self._forks = self._forks, None
+        if forks is not None:
+            forks.close()
+
     def _start(self, spec: ProcSpec, started: Settle) -> None:
         """Start ``spec``'s process (the starter's thread); the I/O thread watches it."""
         world = self.world
         setup = [bytes(frame) for frame in spec.setup] if spec.setup is not None else None
         bootstrap = world.bootstrap(spec.proc_id, spec.name, spec.host, setup=setup)
+        forks = self._fork_server() if spec.command is None else None
+        if forks is not None and forks.fits(os.environ):
+            try:
+                pid, stdin, stdout, stderr = forks.fork()
+            except OSError as exc:
+                log.warning("procs start as new interpreters: the fork server failed (%s)", exc)
+                self._close_fork_server()
+            else:
+                with stdin:
+                    stdin.write(bootstrap.encode())
+                world.io.call_soon(self._watch, spec, pid, stdout, stderr, started, None)
+                return
+        self._start_interpreter(spec, bootstrap, started)
+
+    def _start_interpreter(self, spec: ProcSpec, bootstrap: Bootstrap, started: Settle) -> None:
+        """Start ``spec``'s process as a new interpreter (its `BootstrapCommand`, if it has one)."""
+        world = self.world
         command = spec.command
         try:
             popen = subprocess.Popen(
@@ -196,16 +248,38 @@ class LocalLauncher(Launcher):
             world.io.call_soon(world.registry.lost, loss)
             started(RuntimeError(loss.describe()))
             return
-        world.io.call_soon(self._watch, spec, popen, started)
+        assert popen.stdout is not None and popen.stderr is not None
+        world.io.call_soon(
+            self._watch, spec, popen.pid, popen.stdout, popen.stderr, started, popen.wait
+        )
 
     # ---- I/O thread -------------------------------------------------------------------
 
-    def _watch(self, spec: ProcSpec, popen: subprocess.Popen[bytes], started: Settle) -> None:
+    def _watch(
+        self,
+        spec: ProcSpec,
+        pid: int,
+        stdout: IO[bytes],
+        stderr: IO[bytes],
+        started: Settle,
+        wait: Callable[[], int] | None,
+    ) -> None:
+        """Watch a started process: its exit through ``wait`` once its pidfd is readable, or,
+        for the fork server's children (``wait`` None), as the server reports it."""
         world = self.world
-        child = _Child(spec, popen, os.pidfd_open(popen.pid), started)
+        try:
+            pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            pidfd = os.open("/dev/null", os.O_RDONLY)
+        child = _Child(spec, pid, stdout, stderr, pidfd, started)
         self._children[spec.proc_id] = child
         world.registry.expect(spec.proc_id, lambda: started(None))
-        world.io.add_reader(child.pidfd, lambda: self._exited(child))
+        if wait is not None:
+            world.io.add_reader(child.pidfd, lambda: self._exited(child, wait()))
+        elif pid in self._early_exits:
+            world.io.call_soon(self._exited, child, self._early_exits.pop(pid))
+        else:
+            self._forked[pid] = child
         for pipe, stream in child.outputs():
             os.set_blocking(pipe.fileno(), False)
             world.io.add_reader(pipe.fileno(), functools.partial(self._drain, child, pipe, stream))
@@ -233,12 +307,32 @@ class LocalLauncher(Launcher):
         """The procs this launcher started that are still running."""
         return list(self._children)
 
-    def _exited(self, child: _Child) -> None:
+    def _read_exits(self, forks: ForkServer) -> None:
+        if not forks.read_exits(self._forked_exit):
+            self._fork_server_ended(forks)
+
+    def _forked_exit(self, pid: int, code: int) -> None:
+        child = self._forked.pop(pid, None)
+        if child is None:
+            self._early_exits[pid] = code
+        else:
+            self._exited(child, code)
+
+    def _fork_server_ended(self, forks: ForkServer) -> None:
+        """The server's children die with it (their parent-death signal): each is reported
+        killed once its pidfd says it has gone."""
+        io = self.world.io
+        io.remove_reader(forks.exits.fileno())
+        forks.exits.close()
+        for child in self._forked.values():
+            io.add_reader(child.pidfd, functools.partial(self._exited, child, -signal.SIGKILL))
+        self._forked.clear()
+
+    def _exited(self, child: _Child, code: int) -> None:
         io = self.world.io
         io.remove_reader(child.pidfd)
         os.close(child.pidfd)
         self._children.pop(child.spec.proc_id, None)
-        code = child.popen.wait()
         for pipe, stream in child.outputs():
             self._drain(child, pipe, stream)
             io.remove_reader(pipe.fileno())
@@ -249,7 +343,7 @@ class LocalLauncher(Launcher):
             child.spec.proc_id,
             "exited" if code >= 0 else "was killed",
             host=child.spec.host,
-            pid=child.popen.pid,
+            pid=child.pid,
             exit_code=code if code >= 0 else None,
             signal=-code if code < 0 else None,
         )

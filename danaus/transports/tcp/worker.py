@@ -9,6 +9,7 @@ the next controller (``--preload TRANSPORT`` imports that transport too).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import os
@@ -18,18 +19,21 @@ import sys
 PR_SET_PDEATHSIG = 1
 
 
+def die_with_parent() -> None:
+    """Ask the kernel for SIGKILL when the thread that started this process ends."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
 def _die_with_parent(parent_pid: int) -> int:
     """Die when the launcher (``parent_pid``) does; a pidfd of it, to watch.
 
     The kernel's parent-death signal covers a launcher that is this process's
-    parent; a `BootstrapCommand` may put a wrapper in between, so the
-    launcher's pidfd is watched as well.
+    parent; a `BootstrapCommand` or the fork server may put a process in
+    between, so the launcher's pidfd is watched as well.
     """
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
+    die_with_parent()
     try:
         return os.pidfd_open(parent_pid)
     except ProcessLookupError:

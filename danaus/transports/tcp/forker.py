@@ -1,0 +1,89 @@
+"""``python -m danaus.transports.tcp.forker``: the fork server's process (see
+`danaus.transports.tcp.forkserver`, the launcher's side).
+
+It imports what every worker imports, then forks a child per request, which
+becomes a worker; it reaps them and reports their ends.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import selectors
+import socket
+import sys
+
+from danaus.transports.tcp.forkserver import (
+    EXIT_MESSAGE,
+    EXITED,
+    FORK,
+    PID_MESSAGE,
+    PRELOAD,
+    STARTED,
+)
+
+
+def _serve(requests: socket.socket, exits: socket.socket) -> list[int] | None:
+    """Fork a child per request until the launcher hangs up; in a child, its stdio descriptors."""
+    selector = selectors.DefaultSelector()
+    selector.register(requests, selectors.EVENT_READ)
+    children: dict[int, int] = {}
+    while True:
+        for key, _ in selector.select():
+            if key.fileobj is not requests:
+                pid = children.pop(key.fd)
+                selector.unregister(key.fd)
+                os.close(key.fd)
+                _, status = os.waitpid(pid, 0)
+                exits.send(EXIT_MESSAGE.pack(EXITED, pid, os.waitstatus_to_exitcode(status)))
+                continue
+            try:
+                message, fds, _, _ = socket.recv_fds(requests, 1, 3)
+            except OSError:
+                message, fds = b"", []
+            if message != FORK or len(fds) != 3:
+                return None
+            try:
+                pid = os.fork()
+            except OSError:
+                pid = -1
+            if pid == 0:
+                selector.close()
+                requests.close()
+                exits.close()
+                for pidfd in children:
+                    os.close(pidfd)
+                return fds
+            for fd in fds:
+                os.close(fd)
+            if pid > 0:
+                pidfd = os.pidfd_open(pid)
+                children[pidfd] = pid
+                selector.register(pidfd, selectors.EVENT_READ)
+            requests.send(PID_MESSAGE.pack(STARTED, pid))
+
+
+def _become_worker(stdio: list[int]) -> None:
+    """In a forked child: take the launcher's pipes as stdio and run the worker."""
+    for target, fd in enumerate(stdio):
+        os.dup2(fd, target)
+        os.close(fd)
+    worker = sys.modules[PRELOAD[0]]
+    sys.argv = [worker.__file__ or PRELOAD[0]]
+    worker.main()
+
+
+def main() -> None:
+    requests, exits = (socket.socket(fileno=int(fd)) for fd in sys.argv[1:3])
+    transport = sys.argv[3]
+    worker = importlib.import_module(PRELOAD[0])
+    worker.die_with_parent()
+    for name in (*PRELOAD, f"danaus.transports.{transport}"):
+        importlib.import_module(name)
+    stdio = _serve(requests, exits)
+    if stdio is not None:
+        _become_worker(stdio)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""The fork server: one process per launcher that has imported a worker's code, and forks workers.
+
+A worker started as a new interpreter spends most of its start-up importing
+Danaus, ZeroMQ, msgspec, asyncio and its transport (about 0.2 s of CPU for tcp,
+0.7 s for ucx), and a mesh of many procs pays that once per proc. The fork
+server pays it once: it is started with the launcher, imports what every worker
+imports, and then forks a child per proc, which runs the same worker code a
+new interpreter would (`danaus.transports.tcp.worker`), from its bootstrap on
+stdin, and ends by finalizing its interpreter as any Python program does
+(``atexit`` handlers and ``__del__`` run).
+
+The server holds no thread, event loop, socket of ZeroMQ or UCX context when it
+forks: it only imports. Each child gets its stdin, stdout and stderr as pipes
+the launcher made (passed over a Unix socket), and every file descriptor of the
+server's closed. The server reports each child's pid when it forks it, and its
+exit status when it has reaped it, since only a parent can learn that.
+
+The launcher uses the server only for a proc with no `BootstrapCommand` and
+when its environment is the one the server started with, since modules read
+some variables when they are imported; any other proc starts as a new
+interpreter. Every child dies with the server (its parent-death signal), which
+dies with the launcher's starter thread, as a worker started directly does.
+
+Two Unix sockets (``SOCK_SEQPACKET``, so each message is whole) join them, each
+used by one thread of the launcher: on the first, its starter thread sends
+``F`` with three descriptors to ask for a child, and the server answers ``S``
+with the child's pid (or -1 if it could not fork); on the second, read by its
+I/O thread, the server sends ``E`` with a child's pid and exit code (negative
+for a signal, as `subprocess` reports it) once it has reaped it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from typing import IO
+
+SERVER_MODULE = "danaus.transports.tcp.forker"
+FORK = b"F"
+STARTED = b"S"
+EXITED = b"E"
+PID_MESSAGE = struct.Struct("<cq")
+EXIT_MESSAGE = struct.Struct("<cqq")
+PRELOAD = (
+    "danaus.transports.tcp.worker",
+    "danaus.transports.tcp.bootstrap",
+    "danaus.transports.tcp.world",
+    "danaus.transports.tcp.output",
+)
+"""What every worker imports before it serves its proc (the transport's own package too)."""
+
+
+class ForkServer:
+    """The launcher's side: starts the server, asks it for children, hears of their ends.
+
+    `fork` and `close` run on the launcher's starter thread; `read_exits` on
+    its I/O thread, which watches `exits`.
+    """
+
+    def __init__(self, transport: str) -> None:
+        self.environment = dict(os.environ)
+        """The environment the server, and so every child it forks, was started with."""
+        requests, exits = (socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) for _ in "ab")
+        theirs = (requests[1].fileno(), exits[1].fileno())
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", SERVER_MODULE, *map(str, theirs), transport],
+                pass_fds=theirs,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+            )
+        except BaseException:
+            requests[0].close()
+            exits[0].close()
+            raise
+        finally:
+            requests[1].close()
+            exits[1].close()
+        self._requests = requests[0]
+        self.exits = exits[0]
+        """Where the server tells of each child's end; readable until the server ends."""
+
+    def fits(self, environment: Mapping[str, str]) -> bool:
+        """Whether a child of the server would see ``environment``."""
+        return environment == self.environment
+
+    def fork(self) -> tuple[int, IO[bytes], IO[bytes], IO[bytes]]:
+        """A new child: its pid, its stdin to write, its stdout and stderr to read.
+
+        Raises `OSError` if the server could not fork it or has ended.
+        """
+        pipes = [os.pipe() for _ in range(3)]
+        theirs = [pipes[0][0], pipes[1][1], pipes[2][1]]
+        ours = [pipes[0][1], pipes[1][0], pipes[2][0]]
+        try:
+            socket.send_fds(self._requests, [FORK], theirs)
+            answer = self._requests.recv(PID_MESSAGE.size)
+            pid = PID_MESSAGE.unpack(answer)[1] if len(answer) == PID_MESSAGE.size else -1
+            if pid <= 0:
+                raise OSError("the fork server could not start a process")
+        except OSError:
+            for fd in ours:
+                os.close(fd)
+            raise
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        stdin, stdout, stderr = ours
+        return pid, open(stdin, "wb"), open(stdout, "rb"), open(stderr, "rb")
+
+    def read_exits(self, on_exit: Callable[[int, int], None]) -> bool:
+        """Pass each reported end to ``on_exit(pid, code)``; False once the server has ended."""
+        while True:
+            try:
+                message = self.exits.recv(EXIT_MESSAGE.size, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return True
+            except OSError:
+                return False
+            if len(message) != EXIT_MESSAGE.size:
+                return False
+            _, pid, code = EXIT_MESSAGE.unpack(message)
+            on_exit(pid, code)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """End the server (and any child of it still running) and wait for it."""
+        self._requests.close()
+        try:
+            self._process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()

@@ -1,0 +1,76 @@
+"""Workers forked from the launcher's fork server behave as workers started as new interpreters."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+
+import pytest
+
+from danaus import Actor, SupervisionError, endpoint, this_host
+from tests.conformance.test_supervision import record_root_failures
+from tests.tcp.conftest import wait_until
+
+
+class Process(Actor):
+    """Tells what its process sees, and leaves a mark when its interpreter ends."""
+
+    def __init__(self, mark: str | None = None) -> None:
+        self.mark = mark
+
+    @endpoint
+    def parent(self) -> int:
+        return os.getppid()
+
+    @endpoint
+    def variable(self, name: str) -> str | None:
+        return os.environ.get(name)
+
+    @endpoint
+    def mark_at_exit(self, path: str) -> None:
+        atexit.register(_write, f"{path}.atexit")
+        self.mark = f"{path}.del"
+
+    def __del__(self) -> None:
+        if self.mark is not None:
+            _write(self.mark)
+
+
+def _write(path: str) -> None:
+    with open(path, "w") as file:
+        file.write("done")
+
+
+def test_procs_are_forked_by_one_server_and_see_a_changed_environment(tcp, monkeypatch):
+    tcp()
+    first = this_host().spawn_procs({"w": 2}).spawn("p", Process)
+    parents = set(first.parent.call().get(timeout=30).values())
+    assert len(parents) == 1 and parents != {os.getpid()}
+    monkeypatch.setenv("DANAUS_TEST_FORK_SERVER", "changed")
+    second = this_host().spawn_procs({"w": 1}).spawn("p", Process)
+    assert second.variable.call_one("DANAUS_TEST_FORK_SERVER").get(timeout=30) == "changed"
+    assert second.parent.call_one().get(timeout=30) == os.getpid()
+
+
+def test_a_forked_proc_finalizes_its_interpreter_when_stopped(tcp, tmp_path):
+    tcp()
+    procs = this_host().spawn_procs({"w": 1})
+    procs.spawn("p", Process).mark_at_exit.call_one(str(tmp_path / "mark")).get(timeout=30)
+    procs.stop().get(timeout=30)
+    assert (tmp_path / "mark.atexit").read_text() == "done"
+    assert (tmp_path / "mark.del").read_text() == "done"
+
+
+def test_procs_of_a_lost_fork_server_are_lost_and_later_procs_still_start(tcp):
+    tcp()
+    failures = record_root_failures()
+    first = this_host().spawn_procs({"w": 1}).spawn("p", Process)
+    server = first.parent.call_one().get(timeout=30)
+    os.kill(server, signal.SIGKILL)
+    assert failures.recv().get(timeout=30).signal == signal.SIGKILL
+    with pytest.raises(SupervisionError):
+        first.parent.call_one().get(timeout=30)
+    second = this_host().spawn_procs({"w": 1}).spawn("p", Process)
+    assert second.parent.call_one().get(timeout=30) == os.getpid()
+    wait_until(lambda: not os.path.exists(f"/proc/{server}"), 10, "the fork server to be reaped")
