@@ -5,6 +5,8 @@ from __future__ import annotations
 import atexit
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -74,3 +76,20 @@ def test_procs_of_a_lost_fork_server_are_lost_and_later_procs_still_start(tcp):
     second = this_host().spawn_procs({"w": 1}).spawn("p", Process)
     assert second.parent.call_one().get(timeout=30) == os.getpid()
     wait_until(lambda: not os.path.exists(f"/proc/{server}"), 10, "the fork server to be reaped")
+
+
+def test_log_handlers_made_before_the_worker_started_are_prefixed_too():
+    """A module the fork server imported may have bound a handler to the unprefixed stderr."""
+    source = (
+        "import logging, sys\n"
+        "early = logging.getLogger('early')\n"
+        "early.addHandler(logging.StreamHandler(sys.__stderr__))\n"
+        "early.propagate = False\n"
+        "from danaus.transports.tcp import output\n"
+        "output.install('p0')\n"
+        "early.warning('made on import')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", source], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "[proc p0] made on import" in result.stderr

@@ -79,9 +79,22 @@ def install(proc_id: str, host: str | None = None) -> None:
     fallback = f"proc {proc_id}"
     sys.stdout = PrefixedStream(sys.__stdout__, fallback, host)
     sys.stderr = PrefixedStream(sys.__stderr__, fallback, host)
+    _prefix_handlers({id(sys.__stdout__): sys.stdout, id(sys.__stderr__): sys.stderr})
     logging.basicConfig(
         stream=sys.stderr,
         level=os.environ.get("DANAUS_LOG_LEVEL", "INFO"),
         format="%(levelname)s %(name)s: %(message)s",
         force=True,
     )
+
+
+def _prefix_handlers(replacements: dict[int, TextIO]) -> None:
+    """Point the stream handlers that modules made on import (before `install`: a fork
+    server imports them first) at the prefixed streams, by the id of the stream they held."""
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]
+    for logger in loggers:
+        for handler in getattr(logger, "handlers", ()):
+            if isinstance(handler, logging.StreamHandler):
+                stream = replacements.get(id(handler.stream))
+                if stream is not None:
+                    handler.setStream(stream)
