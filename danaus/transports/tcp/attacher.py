@@ -32,8 +32,14 @@ log = logging.getLogger("danaus.attach")
 RETRY_INTERVAL = 0.25
 """Seconds between asks of a worker that serves another controller."""
 
-_HANDSHAKE_FAILED = (
-    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+REFUSED = (
+    "the worker refused this controller's key, or it is not a Danaus worker "
+    "(do both hold the same job key?)"
+)
+HANDSHAKE_ATTEMPTS = 3
+_HANDSHAKES = (
+    zmq.EVENT_HANDSHAKE_SUCCEEDED
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
     | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 )
@@ -50,6 +56,8 @@ class _Link:
     host: str | None = None
     """The worker's name for its host, once it has accepted."""
     accepted: bool = False
+    failed_handshakes: int = 0
+    """How many handshakes with the worker have failed in a row (ZeroMQ tries again)."""
     releases: list[Settle] = field(default_factory=list)
 
 
@@ -76,14 +84,14 @@ class Attacher:
             self._directory.lost(ProcLoss(agent, why, host=address))
             return
         sock = hostlink.connect(self._context, keys, ip, port)
-        monitor = sock.get_monitor_socket(_HANDSHAKE_FAILED)
+        monitor = sock.get_monitor_socket(_HANDSHAKES)
         token = f"{agent}@{os.getpid()}:{os.urandom(8).hex()}"
         link = _Link(
             agent, address, sock, monitor, hostlink.Attach(token, boot), time.monotonic() + timeout
         )
         self._links[agent] = link
         self._io.add_reader(sock, lambda: self._readable(link))
-        self._io.add_reader(monitor, lambda: self._handshake_failed(link))
+        self._io.add_reader(monitor, lambda: self._handshake(link))
         self._send(link, link.attach)
         self._io.call_later(timeout, lambda: self._check_registered(link, timeout))
 
@@ -122,16 +130,22 @@ class Attacher:
         if self._links.get(link.agent) is link and not link.accepted:
             self._send(link, link.attach)
 
-    def _handshake_failed(self, link: _Link) -> None:
-        try:
-            recv_monitor_message(link.monitor, zmq.NOBLOCK)
-        except zmq.Again:
-            return
-        self._give_up(
-            link,
-            "the worker refused this controller's key, or it is not a Danaus worker "
-            "(do both hold the same job key?)",
-        )
+    def _handshake(self, link: _Link) -> None:
+        """A worker with another key cuts every handshake short, as a busy or restarting
+        one may cut one: the attach ends after `HANDSHAKE_ATTEMPTS` failures in a row."""
+        while self._links.get(link.agent) is link:
+            try:
+                event = recv_monitor_message(link.monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                link.failed_handshakes = 0
+                continue
+            link.failed_handshakes += 1
+            if link.failed_handshakes >= HANDSHAKE_ATTEMPTS:
+                self._give_up(link, REFUSED)
+            else:
+                log.warning("attach: worker at %s: a handshake failed; trying again", link.address)
 
     def _check_registered(self, link: _Link, timeout: float) -> None:
         if self._links.get(link.agent) is not link or self._directory.known(link.agent):
