@@ -1,0 +1,140 @@
+"""Where the time of one call goes: a round trip split into its stages, from the job's trace.
+
+Runs sequential ``call_one`` round trips to one actor with the trace on, and
+matches each call's events: the caller issuing it, the message leaving the
+caller's proc (``send-call``), reaching the actor's proc (``recv-call``), the
+answer leaving it (``send-reply``), reaching the caller's proc
+(``recv-reply``), and ``get()`` returning. All processes share this host's
+monotonic clock, so the stages of one call can be subtracted across them.
+
+Prints one JSON line per stage (median and p90 in µs) and one for the whole
+round trip, with the trace on and off (recording costs a little). Never fails
+on speed.
+
+    .venv/bin/python benchmarks/hot_path.py                    # tcp
+    .venv/bin/python benchmarks/hot_path.py --transport ucx --calls 500
+    .venv/bin/python benchmarks/hot_path.py --no-encrypt        # authenticated, in clear
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import msgspec
+
+import danaus
+from danaus import Actor, endpoint, this_host
+
+STAGES = (
+    ("issue", "send-call", "the caller's proc encodes and sends the call"),
+    ("send-call", "recv-call", "the call crosses to the actor's proc and its loop reads it"),
+    ("recv-call", "send-reply", "the actor's proc runs the endpoint and sends the answer"),
+    ("send-reply", "recv-reply", "the answer crosses back and the caller's loop reads it"),
+    ("recv-reply", "returned", "the waiting caller wakes with the result"),
+)
+
+
+class Echo(Actor):
+    @endpoint
+    def echo(self, x: int) -> int:
+        return x
+
+
+def _round_trips(calls: int, warmup: int) -> tuple[list[tuple[float, float]], object]:
+    procs = this_host().spawn_procs({"gpus": 1})
+    mesh = procs.spawn("echo", Echo)
+    for i in range(warmup):
+        mesh.echo.call_one(i).get(timeout=60)
+    clock = time.monotonic
+    times = []
+    for i in range(calls):
+        issued = clock()
+        mesh.echo.call_one(i).get(timeout=60)
+        times.append((issued, clock()))
+    return times, procs
+
+
+def _measure(
+    transport: str, calls: int, warmup: int, trace: str | None, **options: object
+) -> list[tuple[float, float]]:
+    danaus.configure(transport=transport, trace=trace if trace else False, **options)
+    try:
+        times, _ = _round_trips(calls, warmup)
+    finally:
+        danaus.shutdown()
+    return times
+
+
+def _stages(path: Path, times: list[tuple[float, float]]) -> dict[str, list[float]]:
+    """Each call's stage times (µs), from the trace's events of the last ``len(times)`` calls."""
+    events = [msgspec.json.decode(line) for line in path.read_bytes().splitlines() if line]
+    calls_sent = [e for e in events if e["kind"] == "send-call" and e.get("method") == "echo"]
+    calls_sent = calls_sent[-len(times) :]
+    names = {(e["src"], e["seq"]) for e in calls_sent}
+    received = {(e["src"], e["seq"]): e["t"] for e in events if e["kind"] == "recv-call"}
+    mesh = next(e["actor"] for e in calls_sent)
+    replies_sent = [
+        e for e in events if e["kind"] == "send-reply" and e["src"].startswith(f"{mesh}/")
+    ]
+    replies_sent = replies_sent[-len(times) :]
+    replies_received = {(e["src"], e["seq"]): e["t"] for e in events if e["kind"] == "recv-reply"}
+    stages: dict[str, list[float]] = {f"{a}->{b}": [] for a, b, _ in STAGES}
+    for (issued, returned), call, reply in zip(times, calls_sent, replies_sent, strict=True):
+        key = (call["src"], call["seq"])
+        if key not in names or key not in received:
+            continue
+        points = {
+            "issue": issued,
+            "send-call": call["t"],
+            "recv-call": received[key],
+            "send-reply": reply["t"],
+            "recv-reply": replies_received.get((reply["src"], reply["seq"]), float("nan")),
+            "returned": returned,
+        }
+        for a, b, _ in STAGES:
+            stages[f"{a}->{b}"].append((points[b] - points[a]) * 1e6)
+    return stages
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    ordered = sorted(v for v in values if v == v)
+    return {
+        "median_us": round(statistics.median(ordered), 1),
+        "p90_us": round(ordered[int(0.9 * (len(ordered) - 1))], 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--transport", default="tcp")
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument(
+        "--no-encrypt", action="store_true", help="configure the transport with encrypt=False"
+    )
+    args = parser.parse_args(argv)
+    options = {"encrypt": False} if args.no_encrypt else {}
+    base = {"transport": args.transport, "calls": args.calls, "encrypt": not args.no_encrypt}
+    untraced = _measure(args.transport, args.calls, args.warmup, None, **options)
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "trace.jsonl"
+        traced = _measure(args.transport, args.calls, args.warmup, str(path), **options)
+        stages = _stages(path, traced)
+    for name, values in (("round_trip", untraced), ("round_trip_traced", traced)):
+        line = {"workload": name, **base, **_summary([(b - a) * 1e6 for a, b in values])}
+        print(json.dumps(line), flush=True)
+    described = {f"{a}->{b}": what for a, b, what in STAGES}
+    for stage, values in stages.items():
+        line = {"workload": "stage", "stage": stage, **base, **_summary(values)}
+        print(json.dumps({**line, "what": described[stage]}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
