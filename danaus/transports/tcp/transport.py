@@ -104,6 +104,9 @@ class TcpTransport(Transport):
 
     def _data_plane(self, bind_host: str) -> Any:
         """The plane that carries core messages: zmq sockets served on the runtime loop."""
+        return self._zmq_plane(bind_host, self._from_plane)
+
+    def _zmq_plane(self, bind_host: str, receive: Callable[[str, list[Any]], None]) -> ZmqPlane:
         plane = ZmqPlane(
             self.proc_id,
             self._data_context,
@@ -111,7 +114,7 @@ class TcpTransport(Transport):
             bind_host,
             self.limits,
             self.loop,
-            self._from_plane,
+            receive,
             self._lookup,
         )
         self._monitors.append(self._watch_handshakes(plane.router))

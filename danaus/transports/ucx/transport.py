@@ -22,6 +22,7 @@ from danaus.transports.tcp.memory import MEMORY, Drop, decode
 from danaus.transports.tcp.transport import TcpTransport
 from danaus.transports.ucx import rma
 from danaus.transports.ucx.plane import UcxPlane
+from danaus.transports.ucx.split import SplitPlane
 
 log = logging.getLogger("danaus.ucx")
 
@@ -45,17 +46,20 @@ class UcxTransport(TcpTransport):
         else:
             log.warning("proc %s: %s", self.proc_id, self.memory_fallback_reason)
 
-    def _data_plane(self, bind_host: str) -> UcxPlane:
-        """Core messages over UCX, served on the process's UCX thread."""
-        return UcxPlane(
+    def _data_plane(self, bind_host: str) -> SplitPlane:
+        """Small messages on tcp's zmq plane, large ones over UCX (see `SplitPlane`)."""
+        small = self._zmq_plane(bind_host, lambda src, frames: split.arrived(src, frames))
+        large = UcxPlane(
             self.proc_id,
             self._keys.secret,
             bind_host,
             self.limits,
             self.refusals,
-            self._from_plane,
+            lambda src, frames: split.arrived(src, frames),
             self._lookup,
         )
+        split = SplitPlane(small, large, self.loop, self._from_plane)
+        return split
 
     # ---- registered memory --------------------------------------------------------------
 

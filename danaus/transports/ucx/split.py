@@ -1,0 +1,129 @@
+"""The ucx transport's data plane: small messages on zmq, large ones on UCX, delivered in order.
+
+Through ucxx, every message crosses UCX's progress thread, ucxx's notifier
+thread and the UCX loop's thread before it reaches the runtime, which costs a
+small message several times what the zmq plane costs (`benchmarks/hot_path.py`
+shows it stage by stage). UCX is worth that cost only for bulk, where it moves
+bytes faster than zmq, and without encrypting them a second time. So a
+message of fewer than `LARGE_BYTES` bytes travels on the zmq plane of the tcp
+transport (authenticated, and encrypted unless the job says ``encrypt=False``),
+and a larger one on the UCX plane.
+
+Each plane keeps a pair's messages in order, but two planes do not: a small
+message sent after a large one may arrive first. So each message carries its
+number in the sequence from its sender to its receiver, as a last frame of 8
+bytes, and the receiver hands messages on strictly in that order, holding any
+that arrive early. Both planes only carry messages from peers that proved they
+hold the job's key, and each message is delivered on the runtime loop's thread,
+through its queue, so that the order given here is the order the runtime sees.
+
+A proc's data address names both planes: ``<zmq address> <UCX address>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from danaus.transports.tcp.data import ZmqPlane
+from danaus.transports.ucx.plane import UcxPlane
+
+log = logging.getLogger("danaus.ucx")
+
+LARGE_BYTES = 512 * 1024
+"""A message of at least this many bytes travels on UCX; a smaller one on zmq."""
+
+_SEQUENCE = struct.Struct("<Q")
+
+
+class SplitPlane:
+    """The zmq plane for small messages, the UCX plane for large ones; in order per pair.
+
+    Thread-safe: `send`, `resolved`, `forget`; `start` and `stop` run as the
+    planes they start and stop require (the runtime loop's thread).
+    """
+
+    def __init__(
+        self,
+        small: ZmqPlane,
+        large: UcxPlane,
+        loop: asyncio.AbstractEventLoop,
+        receive: Callable[[str, list[Any]], None],
+    ) -> None:
+        self._small = small
+        self._large = large
+        self._loop = loop
+        self._receive = receive
+        self.address = f"{small.address} {large.address}"
+        self._lock = threading.Lock()
+        self._sent: dict[str, int] = {}
+        """The number of the next message to each receiver."""
+        self._expected: dict[str, int] = {}
+        """The number of the next message to hand on, from each sender."""
+        self._early: dict[str, dict[int, list[Any]]] = {}
+        """Messages that arrived before one sent earlier, by sender and number."""
+
+    def arrived(self, src: str, frames: list[Any]) -> None:
+        """A message from either plane (on its thread): hand it on in its sender's order."""
+        if len(frames) < 2 or memoryview(frames[-1]).nbytes != _SEQUENCE.size:
+            log.error("proc data from %s without its sequence number: rejected", src)
+            return
+        (number,) = _SEQUENCE.unpack(frames[-1])
+        with self._lock:
+            expected = self._expected.get(src, 0)
+            if number < expected or number in self._early.get(src, {}):
+                log.error("a message from %s came twice (number %d): dropped", src, number)
+                return
+            if number > expected:
+                self._early.setdefault(src, {})[number] = frames
+                return
+            ready = [frames[:-1]]
+            early = self._early.get(src, {})
+            expected += 1
+            while expected in early:
+                ready.append(early.pop(expected)[:-1])
+                expected += 1
+            self._expected[src] = expected
+            for message in ready:
+                self._loop.call_soon_threadsafe(self._receive, src, message)
+
+    # ---- the plane's contract -----------------------------------------------------------
+
+    def start(self) -> None:
+        self._small.start()
+        self._large.start()
+
+    def send(self, dest: str, message: list[Any]) -> None:
+        """Send ``message`` (kind frame first) to ``dest``, from any thread."""
+        size = sum(memoryview(frame).nbytes for frame in message)
+        plane = self._large if size >= LARGE_BYTES else self._small
+        with self._lock:
+            number = self._sent.get(dest, 0)
+            self._sent[dest] = number + 1
+            plane.send(dest, [*message, _SEQUENCE.pack(number)])
+
+    def resolved(self, dest: str, address: str) -> None:
+        """``dest`` receives at ``address``: both planes' addresses."""
+        small, _, large = address.partition(" ")
+        if not small or not large:
+            log.error("the data address of %s names no UCX plane: %r", dest, address)
+            return
+        self._small.resolved(dest, small)
+        self._large.resolved(dest, large)
+
+    def forget(self, dest: str) -> None:
+        """``dest`` is lost: both planes drop it, and so does the ordering of its messages."""
+        self._small.forget(dest)
+        self._large.forget(dest)
+        with self._lock:
+            self._sent.pop(dest, None)
+            self._expected.pop(dest, None)
+            self._early.pop(dest, None)
+
+    def stop(self) -> None:
+        self._small.stop()
+        self._large.stop()
