@@ -40,7 +40,7 @@ class Target(Actor):
 
     @endpoint
     def facts(self) -> tuple[int, str]:
-        return os.getpid(), context().actor_instance._runtime.transport.data.address
+        return os.getpid(), context().actor_instance._runtime.transport.data.large.address
 
     @endpoint
     def logged(self) -> list[str]:
@@ -60,7 +60,7 @@ def target():
 
 def on_ucx(coro, timeout: float = 60):
     """Run ``coro`` on this process's UCX loop (where ucxx endpoints must live)."""
-    loop = config.installed().transport.data.loop
+    loop = config.installed().transport.data.large.loop
     return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
 
 

@@ -44,7 +44,7 @@ class Echo(Actor):
     @endpoint
     def ucx_address(self) -> tuple[str, str]:
         transport = context().actor_instance._runtime.transport
-        return transport.proc_id, transport.data.address
+        return transport.proc_id, transport.data.large.address
 
 
 @pytest.fixture

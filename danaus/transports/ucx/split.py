@@ -49,13 +49,17 @@ class SplitPlane:
 
     def __init__(
         self,
+        proc: str,
         small: ZmqPlane,
         large: UcxPlane,
         loop: asyncio.AbstractEventLoop,
         receive: Callable[[str, list[Any]], None],
     ) -> None:
-        self._small = small
-        self._large = large
+        self._proc = proc
+        self.small = small
+        """The zmq plane (messages under `LARGE_BYTES`)."""
+        self.large = large
+        """The UCX plane (messages of `LARGE_BYTES` and more)."""
         self._loop = loop
         self._receive = receive
         self.address = f"{small.address} {large.address}"
@@ -70,13 +74,18 @@ class SplitPlane:
     def arrived(self, src: str, frames: list[Any]) -> None:
         """A message from either plane (on its thread): hand it on in its sender's order."""
         if len(frames) < 2 or memoryview(frames[-1]).nbytes != _SEQUENCE.size:
-            log.error("proc data from %s without its sequence number: rejected", src)
+            log.error("proc %s: rejected a message from %s: no sequence number", self._proc, src)
             return
         (number,) = _SEQUENCE.unpack(frames[-1])
         with self._lock:
             expected = self._expected.get(src, 0)
             if number < expected or number in self._early.get(src, {}):
-                log.error("a message from %s came twice (number %d): dropped", src, number)
+                log.error(
+                    "proc %s: rejected a message from %s: number %d came twice",
+                    self._proc,
+                    src,
+                    number,
+                )
                 return
             if number > expected:
                 self._early.setdefault(src, {})[number] = frames
@@ -94,13 +103,13 @@ class SplitPlane:
     # ---- the plane's contract -----------------------------------------------------------
 
     def start(self) -> None:
-        self._small.start()
-        self._large.start()
+        self.small.start()
+        self.large.start()
 
     def send(self, dest: str, message: list[Any]) -> None:
         """Send ``message`` (kind frame first) to ``dest``, from any thread."""
         size = sum(memoryview(frame).nbytes for frame in message)
-        plane = self._large if size >= LARGE_BYTES else self._small
+        plane = self.large if size >= LARGE_BYTES else self.small
         with self._lock:
             number = self._sent.get(dest, 0)
             self._sent[dest] = number + 1
@@ -112,18 +121,18 @@ class SplitPlane:
         if not small or not large:
             log.error("the data address of %s names no UCX plane: %r", dest, address)
             return
-        self._small.resolved(dest, small)
-        self._large.resolved(dest, large)
+        self.small.resolved(dest, small)
+        self.large.resolved(dest, large)
 
     def forget(self, dest: str) -> None:
         """``dest`` is lost: both planes drop it, and so does the ordering of its messages."""
-        self._small.forget(dest)
-        self._large.forget(dest)
+        self.small.forget(dest)
+        self.large.forget(dest)
         with self._lock:
             self._sent.pop(dest, None)
             self._expected.pop(dest, None)
             self._early.pop(dest, None)
 
     def stop(self) -> None:
-        self._small.stop()
-        self._large.stop()
+        self.small.stop()
+        self.large.stop()

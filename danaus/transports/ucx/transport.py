@@ -58,7 +58,7 @@ class UcxTransport(TcpTransport):
             lambda src, frames: split.arrived(src, frames),
             self._lookup,
         )
-        split = SplitPlane(small, large, self.loop, self._from_plane)
+        split = SplitPlane(self.proc_id, small, large, self.loop, self._from_plane)
         return split
 
     # ---- registered memory --------------------------------------------------------------
