@@ -63,7 +63,10 @@ class SplitPlane:
         self._loop = loop
         self._receive = receive
         self.address = f"{small.address} {large.address}"
-        self._lock = threading.Lock()
+        self._sending = threading.Lock()
+        """Held while a message is numbered and handed to its plane (which may block)."""
+        self._receiving = threading.Lock()
+        """Held while an arrival is put in order; never waits on a plane."""
         self._sent: dict[str, int] = {}
         """The number of the next message to each receiver."""
         self._expected: dict[str, int] = {}
@@ -77,7 +80,7 @@ class SplitPlane:
             log.error("proc %s: rejected a message from %s: no sequence number", self._proc, src)
             return
         (number,) = _SEQUENCE.unpack(frames[-1])
-        with self._lock:
+        with self._receiving:
             expected = self._expected.get(src, 0)
             if number < expected or number in self._early.get(src, {}):
                 log.error(
@@ -110,7 +113,7 @@ class SplitPlane:
         """Send ``message`` (kind frame first) to ``dest``, from any thread."""
         size = sum(memoryview(frame).nbytes for frame in message)
         plane = self.large if size >= LARGE_BYTES else self.small
-        with self._lock:
+        with self._sending:
             number = self._sent.get(dest, 0)
             self._sent[dest] = number + 1
             plane.send(dest, [*message, _SEQUENCE.pack(number)])
@@ -128,8 +131,9 @@ class SplitPlane:
         """``dest`` is lost: both planes drop it, and so does the ordering of its messages."""
         self.small.forget(dest)
         self.large.forget(dest)
-        with self._lock:
+        with self._sending:
             self._sent.pop(dest, None)
+        with self._receiving:
             self._expected.pop(dest, None)
             self._early.pop(dest, None)
 
