@@ -38,3 +38,17 @@ def test_the_package_itself_pickles_by_name():
     import danaus
 
     assert pickle.loads(cloudpickle.dumps(danaus)) is danaus
+
+
+def test_functions_by_value_keep_their_file_name_for_tracebacks_and_pdb():
+    def outer(x):
+        def inner():
+            return x + 1
+
+        return inner()
+
+    copy = loads(dumps(outer))
+    assert copy(1) == 2
+    assert copy.__code__.co_filename == __file__
+    nested = next(c for c in copy.__code__.co_consts if hasattr(c, "co_filename"))
+    assert nested.co_filename == __file__

@@ -13,9 +13,11 @@ they work in worker processes that cannot import them.
 from __future__ import annotations
 
 import io
+import marshal
 import operator
 import pickle
 import sys
+import types
 from collections.abc import Sequence
 from typing import Any
 
@@ -121,6 +123,10 @@ class _Pickler(cloudpickle.Pickler):
                     _rebuild_memoryview,
                     (pickle.PickleBuffer(obj), obj.format, obj.shape),
                 )
+        elif kind is types.CodeType:
+            # marshal keeps the code's file name, which tracebacks and pdb show and which
+            # cloudpickle (3.1.3 and newer) replaces with a placeholder.
+            return (marshal.loads, (marshal.dumps(obj),))
         elif "torch" in sys.modules and isinstance(obj, sys.modules["torch"].Tensor):
             reduction = _tensor_reduction(obj)
             if reduction is not None:
