@@ -11,7 +11,6 @@ import os
 import socket
 import struct
 
-import msgspec
 import pytest
 import zmq
 from hypothesis import HealthCheck, given, settings
@@ -19,8 +18,14 @@ from hypothesis import strategies as st
 
 from danaus.core import wire
 from danaus.transports.tcp import control, memory
-from danaus.transports.tcp.chunks import LARGE, PART, ChunkError, Reassembly, split
 from danaus.transports.tcp.limits import Limits
+from danaus.transports.tcp.records import (
+    LENGTH,
+    Assembly,
+    Cipher,
+    RecordError,
+    message_records,
+)
 from danaus.transports.tcp.security import JobKeys
 from danaus.transports.tcp.sockets import bind_router
 
@@ -47,51 +52,75 @@ def mutated(draw, valid: bytes) -> bytes:
     return bytes(data)
 
 
-# ---- tcp, after authentication: chunks and messages --------------------------------------
+# ---- tcp, after authentication: records and messages ------------------------------------
 
-frames = st.lists(st.binary(max_size=300), max_size=5).map(lambda fs: [control.DATA, *fs])
-"""A data-plane message: its kind frame, then its frames."""
-
-
-@st.composite
-def chunk_streams(draw) -> list[list[bytes]]:
-    """The zmq messages of a few messages split in chunks, some of them tampered with."""
-    stream: list[list[bytes]] = []
-    for message in draw(st.lists(frames, min_size=1, max_size=3)):
-        stream += [[bytes(f) for f in part] for part in split(message, 64)]
-    for _ in range(draw(st.integers(0, 3))):
-        index = draw(st.integers(0, len(stream)))
-        kind = draw(st.sampled_from([LARGE, PART, control.DATA]))
-        body = draw(
-            st.one_of(
-                st.binary(max_size=80),
-                st.lists(st.integers(-5, 1 << 40), max_size=4).map(msgspec.msgpack.encode),
-            )
-        )
-        stream.insert(index, [kind, body])
-    return stream
+frames = st.lists(st.binary(max_size=300), min_size=1, max_size=5)
+"""A data-plane message: its frames."""
+KEY = bytes(range(32))
 
 
-@PURE
-@given(chunk_streams())
-def test_tcp_reassembly_gives_messages_within_the_limits_or_refuses(stream):
-    arriving = Reassembly(4096)
-    for message in stream:
-        try:
-            whole = arriving.feed(message)
-        except ChunkError:
-            continue
+def _stream(messages: list[list[bytes]], key: bytes | None, chunk: int) -> bytes:
+    """The bytes a connection carries for ``messages``, records sealed with ``key``."""
+    cipher = Cipher(key)
+    return b"".join(
+        bytes(buffer)
+        for message in messages
+        for record in message_records(message, cipher, chunk)
+        for buffer in record
+    )
+
+
+def _records(data: bytes) -> list[tuple[bytes, memoryview]]:
+    """``data`` cut into its records (length bytes, body), as far as it holds whole ones."""
+    records = []
+    at = 0
+    while len(data) - at >= LENGTH.size:
+        (length,) = LENGTH.unpack_from(data, at)
+        body_at = at + LENGTH.size
+        if len(data) - body_at < length:
+            break
+        records.append((data[at:body_at], memoryview(bytearray(data[body_at : body_at + length]))))
+        at = body_at + length
+    return records
+
+
+def _assemble(data: bytes, key: bytes | None, max_message: int) -> list[list[bytes]]:
+    assembly = Assembly(Cipher(key), max_record=1 << 16, max_message_bytes=max_message)
+    messages = []
+    for length, body in _records(data):
+        assembly.check_length(body.nbytes)
+        whole = assembly.opened(length, body)
         if whole is not None:
-            assert sum(memoryview(f).nbytes for f in whole) <= 4096 or len(whole) == len(message)
+            messages.append([bytes(frame) for frame in whole])
+    return messages
 
 
 @PURE
-@given(frames)
-def test_tcp_chunks_put_back_together_are_the_message(message):
-    arriving = Reassembly(LIMIT)
-    results = [arriving.feed(part) for part in split(message, 16)]
-    assert [bytes(f) for f in results[-1]] == message
-    assert all(result is None for result in results[:-1])
+@given(st.lists(frames, min_size=1, max_size=3), st.sampled_from([KEY, None]), st.integers(1, 64))
+def test_tcp_records_put_back_together_are_the_messages(messages, key, chunk):
+    assert _assemble(_stream(messages, key, chunk), key, LIMIT) == messages
+
+
+@PURE
+@given(st.lists(frames, min_size=1, max_size=3), st.sampled_from([KEY, None]), st.data())
+def test_tcp_tampered_records_give_messages_within_the_limits_or_refuse(messages, key, data):
+    stream = data.draw(mutated(_stream(messages, key, 16)))
+    try:
+        arrived = _assemble(stream, key, 512)
+    except RecordError:
+        return
+    assert all(sum(len(frame) for frame in message) <= 512 for message in arrived)
+    if key is not None:
+        assert arrived == messages[: len(arrived)], "an encrypted record changed and still opened"
+
+
+def test_tcp_a_large_message_is_sealed_chunk_by_chunk_as_it_is_written():
+    cipher = Cipher(KEY)
+    records = message_records([bytes(1000)], cipher, chunk_bytes=100)
+    first = next(records)
+    assert sum(memoryview(b).nbytes for b in first) < 100, "the header travels alone"
+    assert cipher._number == 1, "no chunk is sealed before it is asked for"
+    assert len(list(records)) == 10
 
 
 @PURE

@@ -1,12 +1,10 @@
-"""Random and mutated bytes fed to the ucx decoders: the challenge (before authentication)
-and frame headers (after): each accepts only what is valid and within the limits.
+"""Random and mutated bytes fed to the ucx frame headers, read after authentication: each is
+accepted only when valid and within the limits (the challenge before is `tests/test_challenge.py`).
 
 Hypothesis runs without a deadline, so no test here depends on the machine's speed.
 """
 
 from __future__ import annotations
-
-import contextlib
 
 import pytest
 from hypothesis import given
@@ -14,39 +12,8 @@ from hypothesis import strategies as st
 
 pytest.importorskip("ucxx")
 
-from danaus.transports.ucx import framing, handshake
-from tests.tcp.test_decoders_fuzz import LIMIT, PURE, SECRET, mutated
-
-# ---- ucx, before authentication: the challenge -------------------------------------------
-
-NONCE = b"n" * handshake.NONCE_BYTES
-OWN = b"o" * handshake.NONCE_BYTES
-ANSWER = handshake.answer(SECRET, b"root:1.0", NONCE, OWN)
-
-
-@PURE
-@given(mutated(handshake.greeting(NONCE)), mutated(ANSWER))
-def test_ucx_challenge_accepts_only_what_proves_the_secret(greeting: bytes, answer: bytes):
-    with contextlib.suppress(handshake.HandshakeError):
-        assert handshake.read_greeting(greeting) == greeting[len(handshake.MAGIC) :]
-    try:
-        proc, nonce = handshake.check_answer(SECRET, answer, NONCE)
-    except handshake.HandshakeError:
-        return
-    assert answer == handshake.answer(SECRET, proc.encode(), NONCE, nonce)
-
-
-@PURE
-@given(mutated(handshake.welcome(SECRET, NONCE, OWN, "root:1.0")))
-def test_ucx_welcome_accepts_only_the_secret_s_proof(welcome: bytes):
-    expected = handshake.welcome(SECRET, NONCE, OWN, "root:1.0")
-    try:
-        handshake.check_welcome(SECRET, welcome, NONCE, OWN, b"root:1.0")
-    except handshake.HandshakeError:
-        assert welcome != expected
-    else:
-        assert welcome == expected
-
+from danaus.transports.ucx import framing
+from tests.tcp.test_decoders_fuzz import LIMIT, PURE, mutated
 
 # ---- ucx, after authentication: frame headers --------------------------------------------
 

@@ -14,7 +14,8 @@ ucxx = pytest.importorskip("ucxx")
 import danaus  # noqa: E402
 from danaus import Actor, context, endpoint, this_host  # noqa: E402
 from danaus.core import config  # noqa: E402
-from danaus.transports.ucx import framing, handshake  # noqa: E402
+from danaus.transports import challenge  # noqa: E402
+from danaus.transports.ucx import framing  # noqa: E402
 from danaus.transports.ucx.plane import _arrived_on  # noqa: E402
 from tests.tcp.conftest import wait_until  # noqa: E402
 from tests.tcp.test_hostile_peers import rss_mib  # noqa: E402
@@ -68,9 +69,10 @@ async def connect(address: str):
     """A raw ucxx endpoint to ``address``, greeted by the proc there."""
     host, port = address.rsplit(":", 1)
     ep = await ucxx.create_endpoint(host, int(port))
-    greeting = bytearray(handshake.GREETING_BYTES)
+    greeting = bytearray(challenge.GREETING_BYTES)
     await ep.recv(greeting)
-    return ep, handshake.read_greeting(greeting)
+    challenge.read_greeting(greeting)
+    return ep, bytes(greeting)
 
 
 async def closed(ep) -> bool:
@@ -154,12 +156,13 @@ def test_a_member_declaring_a_huge_message_is_cut_off_and_the_proc_lives(target)
     secret = config.installed().keys.secret
 
     async def member() -> bool:
-        ep, nonce = await connect(address)
-        own = os.urandom(handshake.NONCE_BYTES)
-        await ep.send(handshake.answer(secret, b"member", nonce, own))
-        welcome = bytearray(handshake.WELCOME_BYTES)
+        ep, greeting = await connect(address)
+        own = challenge.Ephemeral()
+        answer = challenge.answer(secret, b"member", greeting, own)
+        await ep.send(answer)
+        welcome = bytearray(challenge.WELCOME_BYTES)
         await ep.recv(welcome)
-        handshake.check_welcome(secret, welcome, nonce, own, b"member")
+        challenge.check_welcome(secret, welcome, greeting, answer, own)
         await ep.send(framing.header([1 << 62, 1 << 62]))
         cut = await closed(ep)
         ep.abort()

@@ -1,16 +1,13 @@
-"""A proc's endpoint over ZeroMQ: a control plane on the I/O thread, a data plane beside it.
+"""A proc's endpoint: a zmq control plane on the I/O thread, a data plane beside it.
 
 The control plane is one authenticated ROUTER in and a DEALER per peer out,
 served on the I/O thread: directory lookups, heartbeats, loss notices and RDMA
-transfers, none of which user code can hold up. Core messages travel on the
-data plane (`ZmqPlane` here; UCX on the ucx transport), whose sockets the
-runtime loop's thread serves itself. Large frames go out and come in without
-copies (pyzmq zero-copy above its copy threshold); received frames reach the
-runtime as writable memoryviews of the zmq messages themselves (frames larger
-than ``frame_bytes`` travel in chunks, copied once into place on arrival).
-The two planes use separate zmq contexts, so separate zmq I/O threads: a bulk
-transfer on the data plane never delays a heartbeat. Each bound socket's
-refused handshakes are logged (`danaus.transports.tcp.handshakes`).
+transfers, none of which user code can hold up. Its refused handshakes are
+logged (`danaus.transports.tcp.handshakes`). Core messages travel on the data
+plane (`StreamPlane` here: TCP connections written by the sending thread and
+read by the runtime loop's thread; UCX for large messages on the ucx
+transport; RDMA queue pairs on verbs), so a bulk transfer never delays a
+heartbeat.
 
 Peers are found through the controller's directory: a proc asks where a peer
 receives and queues what it sends until the answer comes. Peers that are lost
@@ -39,7 +36,6 @@ from danaus.core.transport import (
 from danaus.transports.frames import copy_frames
 from danaus.transports.tcp import control
 from danaus.transports.tcp.control import CONTROL, DATA
-from danaus.transports.tcp.data import ZmqPlane
 from danaus.transports.tcp.handshakes import HandshakeMonitor
 from danaus.transports.tcp.ioloop import IoLoop, Settle, settler
 from danaus.transports.tcp.limits import Limits
@@ -47,6 +43,7 @@ from danaus.transports.tcp.memory import MEMORY, MemoryService
 from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.tcp.security import JobKeys
 from danaus.transports.tcp.sockets import RECV_BATCH, bind_router, connect_dealer, sender
+from danaus.transports.tcp.streams import StreamPlane
 
 if TYPE_CHECKING:
     from danaus.transports.tcp.directory import Directory
@@ -65,7 +62,7 @@ class TcpTransport(Transport):
         proc_id: str,
         host: str,
         io: IoLoop,
-        contexts: tuple[zmq.Context, zmq.Context],
+        context: zmq.Context,
         keys: JobKeys,
         loop: asyncio.AbstractEventLoop,
         *,
@@ -78,12 +75,12 @@ class TcpTransport(Transport):
         self.host = host
         self.io = io
         self.loop = loop
-        self._context, self._data_context = contexts
+        self._context = context
         self._keys = keys
         self.limits = limits
         self.refusals = refusals
         self.router = bind_router(self._context, keys, bind_host, limits)
-        self._monitors = [self._watch_handshakes(self.router)]
+        self._monitor = HandshakeMonitor(self.router, self.io, refusals, f"proc {proc_id}")
         self.directory: Directory | None = None
         self.on_control: Callable[[str, control.Control], None] | None = None
         """Control messages for the world: the directory's, the host agent's, a proc's."""
@@ -103,25 +100,22 @@ class TcpTransport(Transport):
         self.address = control.Address(self.router.last_endpoint.decode(), self.data.address)
 
     def _data_plane(self, bind_host: str) -> Any:
-        """The plane that carries core messages: zmq sockets served on the runtime loop."""
-        return self._zmq_plane(bind_host, self._from_plane)
+        """The plane that carries core messages: TCP connections of their own."""
+        return self._stream_plane(bind_host, self._from_plane)
 
-    def _zmq_plane(self, bind_host: str, receive: Callable[[str, list[Any]], None]) -> ZmqPlane:
-        plane = ZmqPlane(
+    def _stream_plane(
+        self, bind_host: str, receive: Callable[[str, list[Any]], None]
+    ) -> StreamPlane:
+        return StreamPlane(
             self.proc_id,
-            self._data_context,
             self._keys,
             bind_host,
             self.limits,
             self.loop,
             receive,
             self._lookup,
+            self.refusals,
         )
-        self._monitors.append(self._watch_handshakes(plane.router))
-        return plane
-
-    def _watch_handshakes(self, router: zmq.Socket) -> HandshakeMonitor:
-        return HandshakeMonitor(router, self.io, self.refusals, f"proc {self.proc_id}")
 
     # ---- the contract (any thread) ----------------------------------------------------
 
@@ -338,8 +332,7 @@ class TcpTransport(Transport):
             self.loop.call_soon_threadsafe(self._on_loss, loss)
 
     def _close(self) -> None:
-        for monitor in self._monitors:
-            monitor.close()
+        self._monitor.close()
         self.io.remove_reader(self.router)
         self.router.close(0)
         for dealer in self._dealers.values():

@@ -143,15 +143,15 @@ class TcpWorld(World):
         self.remote = remote
         """Whether the procs this process launches run on another host than the controller."""
         self.io = IoLoop(f"danaus-io-{proc_id}")
-        self.contexts = (zmq.Context(), zmq.Context())
-        """Control plane's, data plane's: each its own zmq I/O thread (and ZAP handler)."""
+        self.context = zmq.Context()
+        """The control plane's: its zmq I/O thread, and its ZAP handler."""
         self.loop = asyncio.SelectorEventLoop()
-        self.zaps = [ZapHandler(context, self.io, keys) for context in self.contexts]
+        self.zap = ZapHandler(self.context, self.io, keys)
         self.transport = self.transport_class(
             proc_id,
             host,
             self.io,
-            self.contexts,
+            self.context,
             keys,
             self.loop,
             bind_host=bind_host,
@@ -246,7 +246,7 @@ class TcpWorld(World):
         world.registry = world.directory
         world.transport.directory = world.directory
         world.transport.on_control = world._controller_control
-        world.attacher = Attacher(world.contexts[0], world.io, world.directory)
+        world.attacher = Attacher(world.context, world.io, world.directory)
         world.directory.register_local(ROOT, world.transport.address, os.getpid(), world.host)
         world.io.start()
         world._loop_thread = threading.Thread(
@@ -501,8 +501,7 @@ class TcpWorld(World):
         if not self._loop_thread.is_alive():
             self.loop.close()
         self.io.stop()
-        for context in self.contexts:
-            context.destroy(linger=0)
+        self.context.destroy(linger=0)
 
     def _write_trace(self, path: str) -> None:
         """Gather the events of the procs still alive and write the job's trace to ``path``."""
@@ -599,8 +598,7 @@ def worker_main(boot: Bootstrap, parent: int | None = None) -> None:
     finally:
         world.launcher.close()
         world.io.stop()
-        for context in world.contexts:
-            context.destroy(linger=1000)
+        world.context.destroy(linger=1000)
 
 
 __all__ = ["TcpWorld", "worker_main"]

@@ -2,7 +2,7 @@
 
 UCX picks the fastest way it can between two procs (shared memory, TCP,
 InfiniBand...). It authenticates nothing, so every connection starts with the
-challenge of `danaus.transports.ucx.handshake`: fixed-size messages read into
+challenge of `danaus.transports.challenge`: fixed-size messages read into
 buffers of exactly their size, under a deadline (``handshake_timeout``), with
 at most ``max_pending_handshakes`` strangers heard at once. Nothing a stranger
 sends is trusted for a size or a count, and frames from a connection that fails
@@ -44,10 +44,11 @@ from typing import Any
 
 import ucxx
 
+from danaus.transports import challenge
 from danaus.transports.tcp.buffers import allocate
 from danaus.transports.tcp.limits import Limits
 from danaus.transports.tcp.refusals import RefusalLog
-from danaus.transports.ucx import framing, handshake
+from danaus.transports.ucx import framing
 from danaus.transports.ucx.addresses import endpoint_addresses
 from danaus.transports.ucx.devices import restrict_to
 
@@ -260,7 +261,7 @@ class UcxPlane:
                 self._endpoints.append(endpoint)
                 await asyncio.wait_for(self._prove(endpoint), self._limits.handshake_timeout)
                 return endpoint
-            except (asyncio.CancelledError, handshake.HandshakeError):
+            except (asyncio.CancelledError, challenge.HandshakeError):
                 raise
             except Exception as exc:
                 if self._stopping:
@@ -274,14 +275,15 @@ class UcxPlane:
 
     async def _prove(self, endpoint: Any) -> None:
         """Answer the accepting side's challenge, and check that it belongs to the job too."""
-        greeting = bytearray(handshake.GREETING_BYTES)
+        greeting = bytearray(challenge.GREETING_BYTES)
         await endpoint.recv(greeting)
-        nonce = handshake.read_greeting(greeting)
-        own = os.urandom(handshake.NONCE_BYTES)
-        await endpoint.send(handshake.answer(self._secret, self._proc, nonce, own))
-        welcome = bytearray(handshake.WELCOME_BYTES)
+        challenge.read_greeting(greeting)
+        own = challenge.Ephemeral()
+        answer = challenge.answer(self._secret, self._proc, bytes(greeting), own)
+        await endpoint.send(answer)
+        welcome = bytearray(challenge.WELCOME_BYTES)
         await endpoint.recv(welcome)
-        handshake.check_welcome(self._secret, welcome, nonce, own, self._proc)
+        challenge.check_welcome(self._secret, welcome, bytes(greeting), answer, own)
 
     def forget(self, dest: str) -> None:
         """Drop what is queued for a lost peer."""
@@ -337,13 +339,14 @@ class UcxPlane:
 
     async def _challenge(self, endpoint: Any) -> str:
         """The id of the proc at the other end, once it has proved it belongs to the job."""
-        nonce = os.urandom(handshake.NONCE_BYTES)
-        await endpoint.send(handshake.greeting(nonce))
-        answer = bytearray(handshake.ANSWER_BYTES)
+        own = challenge.Ephemeral()
+        greeting = challenge.greeting(own)
+        await endpoint.send(greeting)
+        answer = bytearray(challenge.ANSWER_BYTES)
         await endpoint.recv(answer)
-        proc, theirs = handshake.check_answer(self._secret, answer, nonce)
-        await endpoint.send(handshake.welcome(self._secret, nonce, theirs, proc))
-        return proc
+        exchange, welcome = challenge.check_answer(self._secret, answer, greeting, own)
+        await endpoint.send(welcome)
+        return exchange.proc
 
     async def _serve(self, endpoint: Any, src: str) -> None:
         """Receive the messages of member ``src`` until it says `BYE`."""

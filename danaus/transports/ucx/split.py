@@ -1,11 +1,11 @@
-"""The ucx transport's data plane: small messages on zmq, large ones on UCX, delivered in order.
+"""The ucx transport's data plane: small messages on TCP, large ones on UCX, delivered in order.
 
 Through ucxx, every message crosses UCX's progress thread, ucxx's notifier
 thread and the UCX loop's thread before it reaches the runtime, which costs a
-small message several times what the zmq plane costs (`benchmarks/hot_path.py`
+small message several times what tcp's stream plane costs (`benchmarks/hot_path.py`
 shows it stage by stage). UCX is worth that cost only for bulk, where it moves
-bytes faster than zmq, and without encrypting them a second time. So a
-message of fewer than `LARGE_BYTES` bytes travels on the zmq plane of the tcp
+bytes faster than TCP, and without encrypting them a second time. So a
+message of fewer than `LARGE_BYTES` bytes travels on the stream plane of the tcp
 transport (authenticated, and encrypted unless the job says ``encrypt=False``),
 and a larger one on the UCX plane.
 
@@ -17,7 +17,7 @@ that arrive early. Both planes only carry messages from peers that proved they
 hold the job's key, and each message is delivered on the runtime loop's thread,
 through its queue, so that the order given here is the order the runtime sees.
 
-A proc's data address names both planes: ``<zmq address> <UCX address>``.
+A proc's data address names both planes: ``<stream address> <UCX address>``.
 """
 
 from __future__ import annotations
@@ -29,19 +29,19 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from danaus.transports.tcp.data import ZmqPlane
+from danaus.transports.tcp.streams import StreamPlane
 from danaus.transports.ucx.plane import UcxPlane
 
 log = logging.getLogger("danaus.ucx")
 
 LARGE_BYTES = 512 * 1024
-"""A message of at least this many bytes travels on UCX; a smaller one on zmq."""
+"""A message of at least this many bytes travels on UCX; a smaller one on the stream plane."""
 
 _SEQUENCE = struct.Struct("<Q")
 
 
 class SplitPlane:
-    """The zmq plane for small messages, the UCX plane for large ones; in order per pair.
+    """The stream plane for small messages, the UCX plane for large ones; in order per pair.
 
     Thread-safe: `send`, `resolved`, `forget`; `start` and `stop` run as the
     planes they start and stop require (the runtime loop's thread).
@@ -50,14 +50,14 @@ class SplitPlane:
     def __init__(
         self,
         proc: str,
-        small: ZmqPlane,
+        small: StreamPlane,
         large: UcxPlane,
         loop: asyncio.AbstractEventLoop,
         receive: Callable[[str, list[Any]], None],
     ) -> None:
         self._proc = proc
         self.small = small
-        """The zmq plane (messages under `LARGE_BYTES`)."""
+        """The stream plane (messages under `LARGE_BYTES`)."""
         self.large = large
         """The UCX plane (messages of `LARGE_BYTES` and more)."""
         self._loop = loop

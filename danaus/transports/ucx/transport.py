@@ -47,8 +47,8 @@ class UcxTransport(TcpTransport):
             log.warning("proc %s: %s", self.proc_id, self.memory_fallback_reason)
 
     def _data_plane(self, bind_host: str) -> SplitPlane:
-        """Small messages on tcp's zmq plane, large ones over UCX (see `SplitPlane`)."""
-        small = self._zmq_plane(bind_host, lambda src, frames: split.arrived(src, frames))
+        """Small messages on tcp's stream plane, large ones over UCX (see `SplitPlane`)."""
+        small = self._stream_plane(bind_host, lambda src, frames: split.arrived(src, frames))
         large = UcxPlane(
             self.proc_id,
             self._keys.secret,

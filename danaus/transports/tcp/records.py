@@ -1,0 +1,221 @@
+"""How a data connection carries messages once its challenge has passed: sealed records.
+
+A connection is a stream of records, each a 4-byte length and that many bytes
+of body. With encryption, a body is AES-256-GCM ciphertext and tag under the
+connection's session key, its nonce the record's number on the connection
+(never sent, never reused) and its length the associated data: a record cut
+short, changed, replayed or moved fails to open. Without encryption a body is
+the plain bytes, the connection having proved itself in its challenge.
+
+A message is a header (the number of frames and the size of each) followed by
+its frames' bytes. A message of at most `INLINE_BYTES` travels in one record,
+its header and frames together; a larger one travels as a record holding the header
+alone, then its frames' bytes in records of at most ``chunk_bytes``, each sealed
+when the connection is ready for it, so that a large message is never sealed
+whole in advance. The receiver checks a record's length against the limit
+before it reads the body, and a header against ``max_message_bytes`` before it
+allocates the message, which it then fills record by record, in place.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from danaus.core import wire
+from danaus.transports.tcp.buffers import allocate
+
+LENGTH = struct.Struct("<I")
+"""The length of the record body that follows."""
+TAG_BYTES = 16
+MAX_FRAMES = 1 + wire.MAX_FRAMES
+"""A kind frame, then at most what the wire allows."""
+
+INLINE_BYTES = 128 * 1024
+"""A message up to this size travels in one record; a larger one is read into place."""
+
+_NONCE = struct.Struct("<Q4x")
+_COUNT = struct.Struct("<I")
+_SIZE = struct.Struct("<Q")
+
+
+class RecordError(ValueError):
+    """A record or message that breaks the protocol: the connection cannot go on."""
+
+
+class Cipher:
+    """One direction of one connection: seals or opens its records in order.
+
+    ``key`` None: records travel in clear (``encrypt=False``).
+    """
+
+    def __init__(self, key: bytes | None) -> None:
+        self._aead = AESGCM(key) if key is not None else None
+        self._number = 0
+        self.overhead = TAG_BYTES if key is not None else 0
+        """Bytes a sealed body has beyond its plain bytes."""
+
+    @property
+    def encrypts(self) -> bool:
+        return self._aead is not None
+
+    def seal(self, plain: Any) -> list[Any]:
+        """The buffers of one record carrying ``plain`` (a bytes-like object)."""
+        size = memoryview(plain).nbytes
+        if self._aead is None:
+            return [LENGTH.pack(size), plain]
+        length = LENGTH.pack(size + TAG_BYTES)
+        record = bytearray(LENGTH.size + size + TAG_BYTES)
+        record[: LENGTH.size] = length
+        self._aead.encrypt_into(
+            self._nonce(), plain, length, memoryview(record)[LENGTH.size :]
+        )
+        return [record]
+
+    def open_into(self, length: bytes, body: memoryview, out: memoryview) -> None:
+        """Open a sealed ``body`` into ``out`` (its plain size). Raises `RecordError`."""
+        assert self._aead is not None
+        try:
+            self._aead.decrypt_into(self._nonce(), body, length, out)
+        except InvalidTag:
+            raise RecordError("a record that does not open under the connection's key") from None
+
+    def _nonce(self) -> bytes:
+        nonce = _NONCE.pack(self._number)
+        self._number += 1
+        return nonce
+
+
+def _header(sizes: Sequence[int]) -> bytes:
+    return _COUNT.pack(len(sizes)) + b"".join(_SIZE.pack(size) for size in sizes)
+
+
+def message_records(
+    message: Sequence[Any], cipher: Cipher, chunk_bytes: int
+) -> Iterator[list[Any]]:
+    """The records of ``message`` (its frames), each sealed only when it is asked for."""
+    views = [memoryview(frame).cast("B") for frame in message]
+    sizes = [view.nbytes for view in views]
+    header = _header(sizes)
+    if sum(sizes) + len(header) <= min(INLINE_BYTES, chunk_bytes):
+        if cipher.encrypts:
+            yield cipher.seal(b"".join([header, *views]))
+        else:
+            yield [LENGTH.pack(len(header) + sum(sizes)), header, *views]
+        return
+    yield cipher.seal(header)
+    for view in views:
+        for start in range(0, view.nbytes, chunk_bytes):
+            yield cipher.seal(view[start : start + chunk_bytes])
+
+
+class Assembly:
+    """The messages arriving on one connection, put together from its record bodies.
+
+    `place` tells where the next body goes once its length is known: into a
+    message under way, in place, or into a buffer of its own. `opened` takes a
+    body once all of it is there.
+    """
+
+    def __init__(self, cipher: Cipher, max_record: int, max_message_bytes: int) -> None:
+        self._cipher = cipher
+        self.max_record = max_record
+        """The longest body a record may have (checked before it is read)."""
+        self._max_message = max_message_bytes
+        self._frames: list[memoryview] = []
+        self._whole: memoryview | None = None
+        """The message under way: its frames' bytes, one buffer (None: none under way)."""
+        self._filled = 0
+
+    def check_length(self, length: int) -> None:
+        if length > self.max_record or length < self._cipher.overhead:
+            raise RecordError(
+                f"a record of {length} bytes (at most {self.max_record} on this connection)"
+            )
+
+    def direct_target(self, length: int) -> memoryview | None:
+        """Where a clear body of ``length`` bytes can be read straight into, if anywhere."""
+        if self._whole is None or self._cipher.encrypts:
+            return None
+        return self._target(length)
+
+    def opened(self, length: bytes, body: memoryview) -> list[memoryview] | None:
+        """Take the record ``body`` (``length``: its 4 length bytes); the message it ends, if any.
+
+        ``body`` may be reused once this returns.
+        """
+        if self._whole is None:
+            return self._message(length, body)
+        target = self._target(body.nbytes - self._cipher.overhead)
+        if self._cipher.encrypts:
+            self._cipher.open_into(length, body, target)
+        else:
+            target[:] = body
+        return self._advance(target.nbytes)
+
+    def filled_in_place(self, size: int) -> list[memoryview] | None:
+        """A clear body of ``size`` bytes was read into `direct_target`; the message, if done."""
+        return self._advance(size)
+
+    def _target(self, size: int) -> memoryview:
+        assert self._whole is not None
+        end = self._filled + size
+        if size == 0 or end > self._whole.nbytes:
+            raise RecordError("a record that does not fit the message it fills")
+        return self._whole[self._filled : end]
+
+    def _advance(self, size: int) -> list[memoryview] | None:
+        assert self._whole is not None
+        self._filled += size
+        if self._filled < self._whole.nbytes:
+            return None
+        frames, self._whole, self._frames = self._frames, None, []
+        return frames
+
+    def _message(self, length: bytes, body: memoryview) -> list[memoryview] | None:
+        plain = body
+        if self._cipher.encrypts:
+            plain = memoryview(bytearray(body.nbytes - TAG_BYTES))
+            self._cipher.open_into(length, body, plain)
+        sizes = self._sizes(plain)
+        at = _COUNT.size + _SIZE.size * len(sizes)
+        total = sum(sizes)
+        if plain.nbytes == at + total:
+            if not self._cipher.encrypts:
+                plain = memoryview(bytearray(plain[at:]))
+                at = 0
+            return _slices(plain, at, sizes)
+        if plain.nbytes != at or total == 0:
+            raise RecordError("a message header followed by the wrong number of bytes")
+        self._whole = allocate(total)
+        self._frames = _slices(self._whole, 0, sizes)
+        self._filled = 0
+        return None
+
+    def _sizes(self, plain: memoryview) -> list[int]:
+        if plain.nbytes < _COUNT.size:
+            raise RecordError("a message header too short to hold its frame count")
+        (count,) = _COUNT.unpack_from(plain)
+        if not 0 < count <= MAX_FRAMES:
+            raise RecordError(f"a message of {count} frames (at most {MAX_FRAMES})")
+        if plain.nbytes < _COUNT.size + _SIZE.size * count:
+            raise RecordError(f"a message header too short for its {count} frames")
+        sizes = [_SIZE.unpack_from(plain, _COUNT.size + _SIZE.size * i)[0] for i in range(count)]
+        total = sum(sizes)
+        if total > self._max_message:
+            raise RecordError(
+                f"a message of {total} bytes (the limit, max_message_bytes, is {self._max_message})"
+            )
+        return sizes
+
+
+def _slices(buffer: memoryview, at: int, sizes: Sequence[int]) -> list[memoryview]:
+    frames = []
+    for size in sizes:
+        frames.append(buffer[at : at + size])
+        at += size
+    return frames

@@ -1,0 +1,604 @@
+"""The tcp data plane: core messages on TCP connections of their own, sealed per record.
+
+Each proc listens on one socket; a proc that sends to a peer opens one
+connection to it, which carries only that proc's messages to that peer, in the
+order sent. A connection first passes the challenge of
+`danaus.transports.challenge` (fixed-size messages under a deadline, at most
+``max_pending_handshakes`` strangers at once, every refusal logged), which also
+agrees the connection's session key; then it carries records
+(`danaus.transports.tcp.records`): AES-GCM with the job's ``encrypt`` (the
+default), in clear with ``encrypt=False``.
+
+No thread stands between a message and the kernel. The thread that sends seals
+the message and writes it itself, without blocking; whatever the socket does
+not take at once is written by the runtime loop's thread when the socket is
+writable, in order, sealing large messages chunk by chunk as it goes. The
+runtime loop's thread reads every connection: each wake-up reads what is there
+(many small messages per system call) and hands each complete message to the
+runtime. Control messages, heartbeats and RDMA transfers are elsewhere (the
+zmq control plane, on the I/O thread), so nothing here can delay them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from danaus.transports import challenge
+from danaus.transports.tcp.buffers import allocate
+from danaus.transports.tcp.limits import Limits
+from danaus.transports.tcp.records import LENGTH, Assembly, Cipher, RecordError, message_records
+from danaus.transports.tcp.refusals import RefusalLog
+from danaus.transports.tcp.security import JobKeys
+
+log = logging.getLogger("danaus.tcp")
+
+READ_BYTES = 256 * 1024
+"""The read buffer of a connection: records that fit are read many at a time."""
+READ_BUDGET = 4 * 1024 * 1024
+"""Bytes one wake-up reads from one connection before the loop serves others."""
+WRITE_BATCH = 1024 * 1024
+"""Bytes handed to the kernel in one call, at most."""
+WRITE_BUFFERS = 512
+"""Buffers handed to the kernel in one call, at most (below the system's IOV_MAX)."""
+RETRY_PAUSE = 0.05
+RETRY_PAUSE_MAX = 1.0
+STOP_LINGER = 1.0
+"""Seconds a stopping plane gives its connections to send what they still hold."""
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``tcp://host:port`` (an IPv6 host in brackets) as a host and a port."""
+    host, _, port = address.removeprefix("tcp://").rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def _format_address(host: str, port: int) -> str:
+    return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
+
+
+def _listen(bind_host: str) -> socket.socket:
+    family, kind, proto, _, where = socket.getaddrinfo(bind_host, 0, type=socket.SOCK_STREAM)[0]
+    listener = socket.socket(family, kind, proto)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(where)
+    listener.listen(socket.SOMAXCONN)
+    listener.setblocking(False)
+    return listener
+
+
+def _tuned(sock: socket.socket) -> socket.socket:
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setblocking(False)
+    return sock
+
+
+async def _receive_exactly(
+    loop: asyncio.AbstractEventLoop, sock: socket.socket, nbytes: int
+) -> bytearray:
+    data = bytearray(nbytes)
+    view = memoryview(data)
+    filled = 0
+    while filled < nbytes:
+        count = await loop.sock_recv_into(sock, view[filled:])
+        if count == 0:
+            raise ConnectionError("the peer closed the connection during the challenge")
+        filled += count
+    return data
+
+
+class StreamPlane:
+    """A proc's data connections: one listening socket, one connection per peer sent to.
+
+    Thread-safe: `send`, `resolved`, `forget`. `start` and `stop` run on the
+    loop's thread; ``receive`` is called there, ``lookup`` on whichever thread
+    sends first to a peer whose address is not known yet.
+    """
+
+    def __init__(
+        self,
+        proc: str,
+        keys: JobKeys,
+        bind_host: str,
+        limits: Limits,
+        loop: asyncio.AbstractEventLoop,
+        receive: Callable[[str, list[Any]], None],
+        lookup: Callable[[str], None],
+        refusals: RefusalLog,
+    ) -> None:
+        self.proc = proc
+        self.keys = keys
+        self.limits = limits
+        self.loop = loop
+        self.receive = receive
+        self._lookup = lookup
+        self.refusals = refusals
+        self._listener = _listen(bind_host)
+        self.address = _format_address(*self._listener.getsockname()[:2])
+        self._lock = threading.Lock()
+        self._outbound: dict[str, Outbound] = {}
+        self._addresses: dict[str, str] = {}
+        self._pending: dict[str, list[list[Any]]] = {}
+        self._forgotten: set[str] = set()
+        self._inbound: set[Inbound] = set()
+        self._strangers = 0
+        self._handshakes: set[asyncio.Task[None]] = set()
+        self.stopping = False
+
+    def start(self) -> None:
+        """Begin accepting connections (on the loop's thread, or before the loop runs)."""
+        self.loop.add_reader(self._listener.fileno(), self._accept_ready)
+
+    def on_loop_thread(self) -> bool:
+        return asyncio._get_running_loop() is self.loop
+
+    # ---- sending ----------------------------------------------------------------------
+
+    def send(self, dest: str, message: list[Any]) -> None:
+        """Send ``message`` (its frames) to ``dest``, from any thread, without blocking."""
+        with self._lock:
+            if dest in self._forgotten:
+                return
+            outbound = self._outbound.get(dest)
+            if outbound is None:
+                address = self._addresses.get(dest)
+                if address is None:
+                    waiting = self._pending.setdefault(dest, [])
+                    if not waiting:
+                        self._lookup(dest)
+                    waiting.append(message)
+                    return
+                outbound = self._open(dest, address)
+        outbound.send(message)
+
+    def resolved(self, dest: str, address: str) -> None:
+        """``dest`` receives data at ``address``: what waited for it goes out, in order."""
+        with self._lock:
+            self._addresses[dest] = address
+            waiting = self._pending.pop(dest, [])
+            if waiting and dest not in self._outbound:
+                outbound = self._open(dest, address)
+                for message in waiting:
+                    outbound.send(message)
+
+    def _open(self, dest: str, address: str) -> Outbound:
+        outbound = self._outbound[dest] = Outbound(self, dest, address)
+        self.call_on_loop(outbound.connect)
+        return outbound
+
+    def call_on_loop(self, fn: Callable[[], Any]) -> None:
+        if self.on_loop_thread():
+            fn()
+        elif not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(fn)
+
+    def forget(self, dest: str) -> None:
+        """``dest`` is lost: drop what waits for it and close its connections."""
+        with self._lock:
+            self._forgotten.add(dest)
+            self._pending.pop(dest, None)
+            outbound = self._outbound.pop(dest, None)
+        if outbound is not None:
+            self.call_on_loop(outbound.close)
+        self.call_on_loop(lambda: self._close_inbound_from(dest))
+
+    def _close_inbound_from(self, dest: str) -> None:
+        for inbound in [i for i in self._inbound if i.peer == dest]:
+            inbound.close()
+
+    # ---- accepting --------------------------------------------------------------------
+
+    def _accept_ready(self) -> None:
+        while True:
+            try:
+                conn, peer = self._listener.accept()
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                log.error("proc %s: accepting a data connection failed: %r", self.proc, exc)
+                return
+            _tuned(conn)
+            if self._strangers >= self.limits.max_pending_handshakes:
+                self._refuse(
+                    conn,
+                    peer[0],
+                    f"{self._strangers} connections are already proving themselves "
+                    "(max_pending_handshakes)",
+                )
+                continue
+            self._strangers += 1
+            task = self.loop.create_task(self._challenge(conn, peer[0]))
+            self._handshakes.add(task)
+            task.add_done_callback(self._handshakes.discard)
+
+    def _refuse(self, conn: socket.socket, peer: str | None, reason: str) -> None:
+        self.refusals.refused(f"proc {self.proc} (data)", peer, reason)
+        conn.close()
+
+    async def _challenge(self, conn: socket.socket, peer: str) -> None:
+        """Admit ``conn`` once its peer has proved it belongs to the job."""
+        timeout = self.limits.handshake_timeout
+        try:
+            exchange = await asyncio.wait_for(self._check_peer(conn), timeout)
+        except asyncio.TimeoutError:
+            self._refuse(conn, peer, f"no answer to the challenge within {timeout:g} s")
+            return
+        except (challenge.HandshakeError, OSError) as exc:
+            self._refuse(conn, peer, str(exc) or repr(exc))
+            return
+        finally:
+            self._strangers -= 1
+        if self.stopping:
+            conn.close()
+            return
+        inbound = Inbound(self, conn, exchange.proc, self._cipher(exchange))
+        self._inbound.add(inbound)
+        self.loop.add_reader(conn.fileno(), inbound.readable)
+
+    async def _check_peer(self, conn: socket.socket) -> challenge.Exchange:
+        own = challenge.Ephemeral()
+        greeting = challenge.greeting(own)
+        await self.loop.sock_sendall(conn, greeting)
+        answer = await _receive_exactly(self.loop, conn, challenge.ANSWER_BYTES)
+        exchange, welcome = challenge.check_answer(self.keys.secret, answer, greeting, own)
+        await self.loop.sock_sendall(conn, welcome)
+        return exchange
+
+    def _cipher(self, exchange: challenge.Exchange) -> Cipher:
+        return Cipher(exchange.session_key(self.keys.secret) if self.keys.encrypt else None)
+
+    def dropped(self, inbound: Inbound) -> None:
+        self._inbound.discard(inbound)
+
+    # ---- ending -----------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Send what is still queued (for at most `STOP_LINGER` s), then close (loop's thread)."""
+        if self.stopping:
+            return
+        self.stopping = True
+        self.loop.remove_reader(self._listener.fileno())
+        self._listener.close()
+        for task in list(self._handshakes):
+            task.cancel()
+        with self._lock:
+            outbound = list(self._outbound.values())
+            self._outbound.clear()
+        deadline = time.monotonic() + STOP_LINGER
+        for connection in outbound:
+            connection.close(deadline)
+        for inbound in list(self._inbound):
+            inbound.close()
+
+
+class Outbound:
+    """The connection that carries one proc's messages to one peer, in order.
+
+    ``send`` may come from any thread; opening, writing when the socket is
+    writable again, and closing happen on the loop's thread. One lock orders
+    the messages and the sealing of records (whose numbers are their nonces).
+    """
+
+    def __init__(self, plane: StreamPlane, dest: str, address: str) -> None:
+        self._plane = plane
+        self.dest = dest
+        self._address = address
+        self._lock = threading.RLock()
+        self._sock: socket.socket | None = None
+        self._cipher: Cipher | None = None
+        self._queue: deque[list[Any]] = deque()
+        """Messages not yet begun."""
+        self._records: Iterator[list[Any]] | None = None
+        """The records of the message being written, sealed as they are taken."""
+        self._ready: deque[memoryview] = deque()
+        """Sealed bytes not yet taken by the kernel."""
+        self._armed = False
+        """The loop's thread writes when the socket is writable again."""
+        self._closed = False
+        self._failed = False
+        """The peer stopped taking bytes: it is gone, and its loss will be reported."""
+        self._opening: asyncio.Task[None] | None = None
+
+    def send(self, message: list[Any]) -> None:
+        with self._lock:
+            if self._closed or self._failed:
+                return
+            self._queue.append(message)
+            if self._sock is None or self._armed:
+                return
+            if not self._write():
+                self._arm()
+
+    # ---- opening (loop's thread) --------------------------------------------------------
+
+    def connect(self) -> None:
+        if not self._closed and self._opening is None:
+            self._opening = self._plane.loop.create_task(self._connect())
+
+    async def _connect(self) -> None:
+        """Connect and pass the challenge; retried while the peer cannot be reached yet.
+
+        A peer that fails the challenge is not tried again: its messages are dropped.
+        """
+        plane = self._plane
+        host, port = parse_address(self._address)
+        pause = RETRY_PAUSE
+        while True:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sock = _tuned(socket.socket(family, socket.SOCK_STREAM))
+            try:
+                exchange = await asyncio.wait_for(
+                    self._prove(sock, host, port), plane.limits.handshake_timeout
+                )
+                break
+            except challenge.HandshakeError as exc:
+                sock.close()
+                log.error("proc %s: %s failed the challenge: %s", plane.proc, self.dest, exc)
+                self.close()
+                return
+            except (OSError, asyncio.TimeoutError) as exc:
+                sock.close()
+                if self._closed or plane.stopping:
+                    return
+                log.warning(
+                    "proc %s: connecting to %s failed (%r); again in %.2g s",
+                    plane.proc,
+                    self.dest,
+                    exc,
+                    pause,
+                )
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, RETRY_PAUSE_MAX)
+        with self._lock:
+            if self._closed:
+                sock.close()
+                return
+            self._sock = sock
+            self._cipher = plane._cipher(exchange)
+            if not self._write():
+                self._arm()
+
+    async def _prove(self, sock: socket.socket, host: str, port: int) -> challenge.Exchange:
+        plane = self._plane
+        await plane.loop.sock_connect(sock, (host, port))
+        greeting = await _receive_exactly(plane.loop, sock, challenge.GREETING_BYTES)
+        challenge.read_greeting(greeting)
+        own = challenge.Ephemeral()
+        answer = challenge.answer(plane.keys.secret, plane.proc.encode(), bytes(greeting), own)
+        await plane.loop.sock_sendall(sock, answer)
+        welcome = await _receive_exactly(plane.loop, sock, challenge.WELCOME_BYTES)
+        return challenge.check_welcome(plane.keys.secret, welcome, bytes(greeting), answer, own)
+
+    # ---- writing (under the lock) -------------------------------------------------------
+
+    def _write(self) -> bool:
+        """Hand the kernel what it takes now; True once nothing is left."""
+        assert self._sock is not None
+        while self._ready or self._take():
+            batch = [self._ready[i] for i in range(min(len(self._ready), WRITE_BUFFERS))]
+            try:
+                sent = self._sock.sendmsg(batch)
+            except (BlockingIOError, InterruptedError):
+                return False
+            except OSError as exc:
+                self._broken(exc)
+                return True
+            self._consume(sent)
+        return True
+
+    def _take(self) -> bool:
+        """Seal records into `_ready`, up to `WRITE_BATCH` bytes; False if none is left."""
+        assert self._cipher is not None
+        size = 0
+        while size < WRITE_BATCH:
+            if self._records is None:
+                if not self._queue:
+                    break
+                self._records = message_records(
+                    self._queue.popleft(), self._cipher, self._plane.limits.chunk_bytes
+                )
+            record = next(self._records, None)
+            if record is None:
+                self._records = None
+                continue
+            for buffer in record:
+                view = memoryview(buffer).cast("B")
+                if view.nbytes:
+                    self._ready.append(view)
+                    size += view.nbytes
+        return bool(self._ready)
+
+    def _consume(self, sent: int) -> None:
+        ready = self._ready
+        while sent:
+            head = ready[0]
+            if head.nbytes <= sent:
+                sent -= head.nbytes
+                ready.popleft()
+            else:
+                ready[0] = head[sent:]
+                sent = 0
+
+    def _broken(self, exc: OSError) -> None:
+        """The peer is gone (its loss is reported by the control plane): drop what is left."""
+        log.debug("proc %s: the connection to %s broke: %r", self._plane.proc, self.dest, exc)
+        self._failed = True
+        self._queue.clear()
+        self._ready.clear()
+        self._records = None
+
+    def _arm(self) -> None:
+        """Have the loop's thread write the rest when the socket is writable (lock held)."""
+        self._armed = True
+        self._plane.call_on_loop(self._watch_writable)
+
+    def _watch_writable(self) -> None:
+        with self._lock:
+            if self._sock is not None and not self._closed:
+                self._plane.loop.add_writer(self._sock.fileno(), self._writable)
+
+    def _writable(self) -> None:
+        with self._lock:
+            if self._sock is None or self._closed:
+                return
+            if self._write():
+                self._plane.loop.remove_writer(self._sock.fileno())
+                self._armed = False
+
+    # ---- closing (loop's thread) --------------------------------------------------------
+
+    def close(self, deadline: float | None = None) -> None:
+        """Close the connection; with a ``deadline``, send what is left until then first."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._opening is not None and not self._opening.done():
+                self._opening.cancel()
+            sock, self._sock = self._sock, None
+            if sock is None:
+                return
+            self._plane.loop.remove_writer(sock.fileno())
+            if deadline is not None:
+                self._linger(sock, deadline)
+            sock.close()
+
+    def _linger(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        try:
+            while self._ready or self._take():
+                sock.settimeout(max(0.0, deadline - time.monotonic()))
+                batch = [self._ready[i] for i in range(min(len(self._ready), WRITE_BUFFERS))]
+                self._consume(sock.sendmsg(batch))
+        except OSError as exc:
+            log.debug("proc %s: %s refused the rest: %r", self._plane.proc, self.dest, exc)
+        finally:
+            self._sock = None
+
+
+class Inbound:
+    """One authenticated connection from a peer, read on the loop's thread."""
+
+    def __init__(self, plane: StreamPlane, sock: socket.socket, peer: str, cipher: Cipher) -> None:
+        self._plane = plane
+        self._sock = sock
+        self.peer = peer
+        self._assembly = Assembly(
+            cipher,
+            plane.limits.frame_bytes + cipher.overhead,
+            plane.limits.max_message_bytes,
+        )
+        self._buffer = bytearray(READ_BYTES)
+        self._view = memoryview(self._buffer)
+        self._start = 0
+        self._end = 0
+        self._scratch: memoryview | None = None
+        """Where encrypted bodies too large for the read buffer are read (made on first use)."""
+        self._body: memoryview | None = None
+        """A large body being read apart from the read buffer, and how much of it is in."""
+        self._body_filled = 0
+        self._body_length = b""
+        self._in_place = False
+        self._closed = False
+
+    def readable(self) -> None:
+        budget = READ_BUDGET
+        while budget > 0 and not self._closed:
+            target = (
+                self._body[self._body_filled :]
+                if self._body is not None
+                else self._view[self._end :]
+            )
+            try:
+                count = self._sock.recv_into(target)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self._ended(f"it broke: {exc!r}")
+                return
+            if count == 0:
+                self._ended("the peer closed it")
+                return
+            budget -= count
+            try:
+                if self._body is not None:
+                    self._body_filled += count
+                    if self._body_filled == self._body.nbytes:
+                        self._body_done()
+                else:
+                    self._end += count
+                    self._records()
+            except RecordError as exc:
+                log.error(
+                    "proc %s rejected a message from %s and closed its connection: %s",
+                    self._plane.proc,
+                    self.peer,
+                    exc,
+                )
+                self.close()
+
+    def _records(self) -> None:
+        """Take every whole record in the read buffer; begin reading a large one apart."""
+        view = self._view
+        while self._end - self._start >= LENGTH.size and not self._closed:
+            (length,) = LENGTH.unpack_from(view, self._start)
+            self._assembly.check_length(length)
+            body_at = self._start + LENGTH.size
+            available = self._end - body_at
+            if available >= length:
+                header = bytes(view[self._start : body_at])
+                self._start = body_at + length
+                self._deliver(self._assembly.opened(header, view[body_at : self._start]))
+                continue
+            if LENGTH.size + length > len(self._buffer):
+                self._begin_body(bytes(view[self._start : body_at]), length, body_at, available)
+            break
+        if self._start == self._end:
+            self._start = self._end = 0
+        elif self._start:
+            remaining = self._end - self._start
+            self._buffer[:remaining] = view[self._start : self._end]
+            self._start, self._end = 0, remaining
+
+    def _begin_body(self, header: bytes, length: int, body_at: int, available: int) -> None:
+        target = self._assembly.direct_target(length)
+        self._in_place = target is not None
+        if target is None:
+            if self._scratch is None:
+                self._scratch = allocate(self._assembly.max_record)
+            target = self._scratch[:length]
+        target[:available] = self._view[body_at : body_at + available]
+        self._body, self._body_filled, self._body_length = target, available, header
+        self._start = self._end = 0
+
+    def _body_done(self) -> None:
+        assert self._body is not None
+        body, self._body = self._body, None
+        if self._in_place:
+            self._deliver(self._assembly.filled_in_place(body.nbytes))
+        else:
+            self._deliver(self._assembly.opened(self._body_length, body))
+
+    def _deliver(self, frames: list[memoryview] | None) -> None:
+        if frames is not None:
+            self._plane.receive(self.peer, frames)
+
+    def _ended(self, why: str) -> None:
+        log.debug("proc %s: the connection from %s ended: %s", self._plane.proc, self.peer, why)
+        self.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(ValueError, OSError):
+            self._plane.loop.remove_reader(self._sock.fileno())
+        self._sock.close()
+        self._plane.dropped(self)
