@@ -53,6 +53,7 @@ class EndpointSpec:
     plain: bool = False
     """A method without `endpoint`: callable only through `as_endpoint`."""
     _signature: inspect.Signature | None = field(default=None, compare=False, repr=False)
+    _binder: Callable[..., None] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, owner: str, fn: Callable[..., Any], options: _EndpointOptions) -> EndpointSpec:
@@ -87,11 +88,23 @@ class EndpointSpec:
         return self._signature  # type: ignore[return-value]
 
     def check(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Raise `TypeError` here, at the call site, if the arguments do not fit."""
+        """Raise `TypeError` here, at the call site, if the arguments do not fit.
+
+        Arguments are bound by a function of the endpoint's parameters that does
+        nothing (Python's own binding, fast); only when that fails does the
+        signature bind them again, for its message.
+        """
+        binder = self._binder
+        if binder is None:
+            binder = _binder(self.signature())
+            object.__setattr__(self, "_binder", binder)
         try:
-            self.signature().bind(*args, **kwargs)
-        except TypeError as exc:
-            raise TypeError(f"{self.owner}.{self.name}(): {exc}") from None
+            binder(*args, **kwargs)
+        except TypeError:
+            try:
+                self.signature().bind(*args, **kwargs)
+            except TypeError as exc:
+                raise TypeError(f"{self.owner}.{self.name}(): {exc}") from None
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (
@@ -106,6 +119,21 @@ class EndpointSpec:
                 self.plain,
             ),
         )
+
+
+def _binder(signature: inspect.Signature) -> Callable[..., None]:
+    """A function with ``signature``'s parameters that does nothing, to bind arguments with."""
+    plain = signature.replace(
+        parameters=[
+            p.replace(default=None if p.default is not _NO_DEFAULT else _NO_DEFAULT)
+            for p in signature.parameters.values()
+        ]
+    )
+    if not all(name.isidentifier() for name in plain.parameters):
+        return signature.bind
+    namespace: dict[str, Any] = {}
+    exec(f"def bind{plain}:\n    pass", namespace)
+    return namespace["bind"]
 
 
 @overload

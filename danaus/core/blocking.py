@@ -80,6 +80,45 @@ def _wait_from_thread(
     return afut.result()
 
 
+class ThreadWaiters:
+    """Threads blocked on one future, woken by the future's own done-callback.
+
+    The callback must be added where the future is made, before another thread
+    can see it; then a thread waits without asking the loop for anything, and
+    the loop wakes it in the same pass that settles the future.
+    """
+
+    __slots__ = ("_lock", "_sleepers")
+
+    def __init__(self, afut: asyncio.Future[Any]) -> None:
+        self._lock = threading.Lock()
+        self._sleepers: list[threading.Lock] = []
+        afut.add_done_callback(self._wake)
+
+    def _wake(self, _: asyncio.Future[Any]) -> None:
+        with self._lock:
+            sleepers, self._sleepers = self._sleepers, []
+        for sleeper in sleepers:
+            sleeper.release()
+
+    def wait(self, afut: asyncio.Future[Any], timeout: float | None) -> Any:
+        """``afut``'s result, waited for from a thread other than its loop's."""
+        sleeper = threading.Lock()
+        sleeper.acquire()
+        with self._lock:
+            if not afut.done():
+                self._sleepers.append(sleeper)
+            else:
+                sleeper.release()
+        if not sleeper.acquire(timeout=-1 if timeout is None else timeout):
+            with self._lock:
+                if sleeper in self._sleepers:
+                    self._sleepers.remove(sleeper)
+            if not afut.done():
+                raise _timed_out(timeout)
+        return afut.result()
+
+
 def discard_outcome(afut: asyncio.Future[Any]) -> None:
     """A done-callback for a future whose error, if unread, is reported another way."""
     if not afut.cancelled():
@@ -87,9 +126,15 @@ def discard_outcome(afut: asyncio.Future[Any]) -> None:
 
 
 def block_on(
-    loop: asyncio.AbstractEventLoop, afut: asyncio.Future[Any], timeout: float | None
+    loop: asyncio.AbstractEventLoop,
+    afut: asyncio.Future[Any],
+    timeout: float | None,
+    waiters: ThreadWaiters | None = None,
 ) -> Any:
-    """Wait for ``afut`` (a future of ``loop``) from sync code; see the module docstring."""
+    """Wait for ``afut`` (a future of ``loop``) from sync code; see the module docstring.
+
+    ``waiters``: the future's `ThreadWaiters`, if it has them (a quicker wait from a thread).
+    """
     current = greenlet.getcurrent()
     if isinstance(current, _EndpointGreenlet):
         return current.wait(afut, timeout)
@@ -102,6 +147,8 @@ def block_on(
             "Future.get() would block the event loop it waits on; use `await future` in async code"
         )
     if loop.is_running():
+        if waiters is not None:
+            return waiters.wait(afut, timeout)
         return _wait_from_thread(loop, afut, timeout)
     waiting = loop.create_task(_wait(afut, timeout))
     try:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from danaus.core.context import context
-from danaus.core.future import Future
+from danaus.core.future import Future, new_future
 from danaus.core.ports import (
     FirstHandler,
     FoldHandler,
@@ -95,8 +95,8 @@ class Endpoint(Generic[R]):
         def gather(
             procs: list[str], loop: asyncio.AbstractEventLoop
         ) -> tuple[ReplyHandler, Future[Any]]:
-            afut = loop.create_future()
-            return GatherHandler(procs, shape, afut), Future(loop, afut)
+            afut, future = new_future(loop)
+            return GatherHandler(procs, shape, afut), future
 
         return self._cast(args, kwargs, gather)
 
@@ -117,8 +117,8 @@ class Endpoint(Generic[R]):
         """Call every actor; one future per actor, settling in the order answers arrive."""
 
         def each(procs: list[str], loop: asyncio.AbstractEventLoop) -> tuple[ReplyHandler, Any]:
-            afuts = [loop.create_future() for _ in procs]
-            return StreamHandler(procs, afuts), iter([Future(loop, a) for a in afuts])
+            made = [new_future(loop) for _ in procs]
+            return StreamHandler(procs, [afut for afut, _ in made]), iter([f for _, f in made])
 
         return self._cast(args, kwargs, each)
 
@@ -136,8 +136,8 @@ class Endpoint(Generic[R]):
         def fold(
             procs: list[str], loop: asyncio.AbstractEventLoop
         ) -> tuple[ReplyHandler, Future[Any]]:
-            afut = loop.create_future()
-            return FoldHandler(procs, afut, identity, combine), Future(loop, afut)
+            afut, future = new_future(loop)
+            return FoldHandler(procs, afut, identity, combine), future
 
         return self._cast(args, kwargs, fold)
 
@@ -195,8 +195,8 @@ def as_endpoint(
 
 
 def _first(procs: list[str], loop: asyncio.AbstractEventLoop) -> tuple[ReplyHandler, Future[Any]]:
-    afut = loop.create_future()
-    return FirstHandler(procs, afut), Future(loop, afut)
+    afut, future = new_future(loop)
+    return FirstHandler(procs, afut), future
 
 
 def _coords_of(shape: Shape, index: int) -> dict[str, slice]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from danaus.core.context import context
 from danaus.core.errors import SerializationError, SupervisionError
-from danaus.core.future import Future
+from danaus.core.future import Future, new_future
 from danaus.core.serialize import Buffer, dumps, loads
 from danaus.core.shape import Shape
 from danaus.core.transport import ProcLoss
@@ -283,9 +283,9 @@ class PortReceiver(Generic[R]):
 
     def recv(self) -> Future[R]:
         """A future of the next value (raises if the sender sent an exception)."""
-        afut = self._runtime.loop.create_future()
+        afut, future = new_future(self._runtime.loop)
         self._runtime.on_loop(self._handler.wait, afut, self._ranked)
-        return Future(self._runtime.loop, afut)
+        return future
 
     def ranked(self) -> PortReceiver[tuple[int, Any]]:
         """A receiver of the same port whose values arrive as ``(rank, value)``.

@@ -255,3 +255,17 @@ def test_a_member_announcing_a_message_over_the_limit_is_cut_off_before_it_is_al
         assert time.monotonic() < deadline, "the oversized message was not refused"
         time.sleep(0.02)
     assert inbox.messages == []
+
+
+def test_draining_before_stop_sends_what_waited_for_an_address(loop):
+    keys = JobKeys.generate()
+    sender, _ = make_plane(loop, "a", keys)
+    receiver, inbox = make_plane(loop, "b", keys)
+    sender.send("b", [b"last words"])
+    draining = asyncio.run_coroutine_threadsafe(sender.drain(timeout=30), loop.loop)
+    assert sender.unsent()
+    sender.resolved("b", receiver.address)
+    draining.result(30)
+    assert not sender.unsent()
+    loop.run(sender.stop)
+    assert inbox.wait_for(1) == [("a", [b"last words"])]

@@ -71,9 +71,7 @@ class Cipher:
         length = LENGTH.pack(size + TAG_BYTES)
         record = bytearray(LENGTH.size + size + TAG_BYTES)
         record[: LENGTH.size] = length
-        self._aead.encrypt_into(
-            self._nonce(), plain, length, memoryview(record)[LENGTH.size :]
-        )
+        self._aead.encrypt_into(self._nonce(), plain, length, memoryview(record)[LENGTH.size :])
         return [record]
 
     def open_into(self, length: bytes, body: memoryview, out: memoryview) -> None:
@@ -91,23 +89,31 @@ class Cipher:
 
 
 def _header(sizes: Sequence[int]) -> bytes:
-    return _COUNT.pack(len(sizes)) + b"".join(_SIZE.pack(size) for size in sizes)
+    return struct.pack(f"<I{len(sizes)}Q", len(sizes), *sizes)
+
+
+def inline_record(message: Sequence[Any], cipher: Cipher) -> list[Any] | None:
+    """The one record that carries ``message`` whole, if it is small enough to (else None)."""
+    sizes = [memoryview(frame).nbytes for frame in message]
+    header = _header(sizes)
+    size = len(header) + sum(sizes)
+    if size > INLINE_BYTES:
+        return None
+    if cipher.encrypts:
+        return cipher.seal(b"".join([header, *message]))
+    return [LENGTH.pack(size), header, *message]
 
 
 def message_records(
     message: Sequence[Any], cipher: Cipher, chunk_bytes: int
 ) -> Iterator[list[Any]]:
     """The records of ``message`` (its frames), each sealed only when it is asked for."""
-    views = [memoryview(frame).cast("B") for frame in message]
-    sizes = [view.nbytes for view in views]
-    header = _header(sizes)
-    if sum(sizes) + len(header) <= min(INLINE_BYTES, chunk_bytes):
-        if cipher.encrypts:
-            yield cipher.seal(b"".join([header, *views]))
-        else:
-            yield [LENGTH.pack(len(header) + sum(sizes)), header, *views]
+    record = inline_record(message, cipher) if chunk_bytes >= INLINE_BYTES else None
+    if record is not None:
+        yield record
         return
-    yield cipher.seal(header)
+    views = [memoryview(frame).cast("B") for frame in message]
+    yield cipher.seal(_header([view.nbytes for view in views]))
     for view in views:
         for start in range(0, view.nbytes, chunk_bytes):
             yield cipher.seal(view[start : start + chunk_bytes])
@@ -196,7 +202,7 @@ class Assembly:
         self._filled = 0
         return None
 
-    def _sizes(self, plain: memoryview) -> list[int]:
+    def _sizes(self, plain: memoryview) -> tuple[int, ...]:
         if plain.nbytes < _COUNT.size:
             raise RecordError("a message header too short to hold its frame count")
         (count,) = _COUNT.unpack_from(plain)
@@ -204,7 +210,7 @@ class Assembly:
             raise RecordError(f"a message of {count} frames (at most {MAX_FRAMES})")
         if plain.nbytes < _COUNT.size + _SIZE.size * count:
             raise RecordError(f"a message header too short for its {count} frames")
-        sizes = [_SIZE.unpack_from(plain, _COUNT.size + _SIZE.size * i)[0] for i in range(count)]
+        sizes = struct.unpack_from(f"<{count}Q", plain, _COUNT.size)
         total = sum(sizes)
         if total > self._max_message:
             raise RecordError(

@@ -34,7 +34,14 @@ from typing import Any
 from danaus.transports import challenge
 from danaus.transports.tcp.buffers import allocate
 from danaus.transports.tcp.limits import Limits
-from danaus.transports.tcp.records import LENGTH, Assembly, Cipher, RecordError, message_records
+from danaus.transports.tcp.records import (
+    LENGTH,
+    Assembly,
+    Cipher,
+    RecordError,
+    inline_record,
+    message_records,
+)
 from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.tcp.security import JobKeys
 
@@ -51,7 +58,9 @@ WRITE_BUFFERS = 512
 RETRY_PAUSE = 0.05
 RETRY_PAUSE_MAX = 1.0
 STOP_LINGER = 1.0
-"""Seconds a stopping plane gives its connections to send what they still hold."""
+"""Seconds a stopping plane gives its messages to reach the kernel: first those still
+waiting for an address or a connection (`StreamPlane.drain`), then the rest."""
+DRAIN_POLL = 0.002
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -259,6 +268,25 @@ class StreamPlane:
 
     # ---- ending -----------------------------------------------------------------------
 
+    def unsent(self) -> bool:
+        """Whether messages still wait for an address, a connection or the kernel."""
+        with self._lock:
+            if self._pending:
+                return True
+            outbound = list(self._outbound.values())
+        return any(connection.unsent() for connection in outbound)
+
+    async def drain(self, timeout: float = STOP_LINGER) -> None:
+        """Give what is queued up to ``timeout`` seconds to go out: called before `stop`.
+
+        A proc that stops right after it sent (an actor's last words in
+        ``__cleanup__``) would otherwise drop messages still waiting for their
+        peer's address or connection.
+        """
+        deadline = self.loop.time() + timeout
+        while self.unsent() and self.loop.time() < deadline:
+            await asyncio.sleep(DRAIN_POLL)
+
     def stop(self) -> None:
         """Send what is still queued (for at most `STOP_LINGER` s), then close (loop's thread)."""
         if self.stopping:
@@ -310,11 +338,52 @@ class Outbound:
         with self._lock:
             if self._closed or self._failed:
                 return
+            if self._idle():
+                assert self._cipher is not None
+                record = inline_record(message, self._cipher)
+                if record is not None:
+                    self._write_record(record)
+                    return
             self._queue.append(message)
             if self._sock is None or self._armed:
                 return
             if not self._write():
                 self._arm()
+
+    def unsent(self) -> bool:
+        with self._lock:
+            waiting = bool(self._queue or self._ready or self._records is not None)
+            return waiting and not (self._closed or self._failed)
+
+    def _idle(self) -> bool:
+        """Open, with nothing waiting to be written: a message may go straight to the kernel."""
+        return (
+            self._sock is not None
+            and not self._armed
+            and not self._ready
+            and not self._queue
+            and self._records is None
+        )
+
+    def _write_record(self, record: list[Any]) -> None:
+        """Write one record now; what the kernel does not take waits for the loop's thread."""
+        assert self._sock is not None
+        try:
+            sent = self._sock.sendmsg(record)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as exc:
+            self._broken(exc)
+            return
+        for buffer in record:
+            view = memoryview(buffer).cast("B")
+            if sent >= view.nbytes:
+                sent -= view.nbytes
+            else:
+                self._ready.append(view[sent:])
+                sent = 0
+        if self._ready:
+            self._arm()
 
     # ---- opening (loop's thread) --------------------------------------------------------
 

@@ -139,6 +139,10 @@ class TcpTransport(Transport):
     def hosting(self, agent: str, procs: Sequence[str]) -> None:
         self.io.call_soon(self._ask, control.Hosting(agent, list(procs)))
 
+    async def drain(self, timeout: float) -> None:
+        """Give the data plane's queued messages up to ``timeout`` s to go out (before `close`)."""
+        await self.data.drain(timeout)
+
     def close(self) -> None:
         """Close both planes (called on the runtime loop's thread)."""
         self.data.stop()

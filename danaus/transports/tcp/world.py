@@ -54,6 +54,7 @@ from danaus.transports.tcp.limits import Limits
 from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.tcp.remote import RemoteRegistry, forward_output
 from danaus.transports.tcp.security import JobKeys, ZapHandler
+from danaus.transports.tcp.streams import STOP_LINGER
 from danaus.transports.tcp.transport import ROOT, TcpTransport
 
 if TYPE_CHECKING:
@@ -526,6 +527,7 @@ class TcpWorld(World):
 
     async def _close_runtime(self) -> None:
         if self._runtime is not None:
+            await self.transport.drain(STOP_LINGER)
             self._runtime.close()
         await cancel_leftover_tasks()
 

@@ -137,6 +137,10 @@ class SplitPlane:
             self._expected.pop(dest, None)
             self._early.pop(dest, None)
 
+    async def drain(self, timeout: float) -> None:
+        """Give the small messages still queued time to go out (UCX keeps its own)."""
+        await self.small.drain(timeout)
+
     def stop(self) -> None:
         self.small.stop()
         self.large.stop()

@@ -112,6 +112,9 @@ class VerbsPlane:
         else:
             self.context.io.call_soon(self._forget, dest)
 
+    async def drain(self, timeout: float) -> None:
+        """Nothing to wait for here: `stop` lets what was sent arrive."""
+
     def stop(self) -> None:
         """Let what was sent arrive (up to `LINGER` seconds), then close everything."""
         done = threading.Event()
