@@ -25,6 +25,7 @@ from typing import Any
 
 import greenlet
 
+from danaus.core.actor_loop import ActorLoop
 from danaus.core.transport import ActorRunner
 
 
@@ -80,43 +81,52 @@ def _wait_from_thread(
     return afut.result()
 
 
-class ThreadWaiters:
-    """Threads blocked on one future, woken by the future's own done-callback.
+class ThreadWaitable(asyncio.Future):  # type: ignore[type-arg]
+    """An asyncio future that other threads can block on: settling it wakes them at once.
 
-    The callback must be added where the future is made, before another thread
-    can see it; then a thread waits without asking the loop for anything, and
-    the loop wakes it in the same pass that settles the future.
+    A thread waits without asking the loop for anything, and the loop wakes it
+    in the very call that settles the future, not a pass later.
     """
 
-    __slots__ = ("_lock", "_sleepers")
-
-    def __init__(self, afut: asyncio.Future[Any]) -> None:
-        self._lock = threading.Lock()
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop=loop)
+        self._sleepers_lock = threading.Lock()
         self._sleepers: list[threading.Lock] = []
-        afut.add_done_callback(self._wake)
 
-    def _wake(self, _: asyncio.Future[Any]) -> None:
-        with self._lock:
+    def set_result(self, result: Any) -> None:
+        super().set_result(result)
+        self._wake()
+
+    def set_exception(self, exception: Any) -> None:
+        super().set_exception(exception)
+        self._wake()
+
+    def cancel(self, msg: Any = None) -> bool:
+        cancelled = super().cancel(msg)
+        self._wake()
+        return cancelled
+
+    def _wake(self) -> None:
+        with self._sleepers_lock:
             sleepers, self._sleepers = self._sleepers, []
         for sleeper in sleepers:
             sleeper.release()
 
-    def wait(self, afut: asyncio.Future[Any], timeout: float | None) -> Any:
-        """``afut``'s result, waited for from a thread other than its loop's."""
+    def wait_from_thread(self, timeout: float | None) -> Any:
+        """The result, waited for from a thread other than the loop's."""
         sleeper = threading.Lock()
         sleeper.acquire()
-        with self._lock:
-            if not afut.done():
-                self._sleepers.append(sleeper)
-            else:
-                sleeper.release()
+        with self._sleepers_lock:
+            if self.done():
+                return self.result()
+            self._sleepers.append(sleeper)
         if not sleeper.acquire(timeout=-1 if timeout is None else timeout):
-            with self._lock:
+            with self._sleepers_lock:
                 if sleeper in self._sleepers:
                     self._sleepers.remove(sleeper)
-            if not afut.done():
+            if not self.done():
                 raise _timed_out(timeout)
-        return afut.result()
+        return self.result()
 
 
 def discard_outcome(afut: asyncio.Future[Any]) -> None:
@@ -126,15 +136,9 @@ def discard_outcome(afut: asyncio.Future[Any]) -> None:
 
 
 def block_on(
-    loop: asyncio.AbstractEventLoop,
-    afut: asyncio.Future[Any],
-    timeout: float | None,
-    waiters: ThreadWaiters | None = None,
+    loop: asyncio.AbstractEventLoop, afut: asyncio.Future[Any], timeout: float | None
 ) -> Any:
-    """Wait for ``afut`` (a future of ``loop``) from sync code; see the module docstring.
-
-    ``waiters``: the future's `ThreadWaiters`, if it has them (a quicker wait from a thread).
-    """
+    """Wait for ``afut`` (a future of ``loop``) from sync code; see the module docstring."""
     current = greenlet.getcurrent()
     if isinstance(current, _EndpointGreenlet):
         return current.wait(afut, timeout)
@@ -147,8 +151,8 @@ def block_on(
             "Future.get() would block the event loop it waits on; use `await future` in async code"
         )
     if loop.is_running():
-        if waiters is not None:
-            return waiters.wait(afut, timeout)
+        if isinstance(afut, ThreadWaitable):
+            return afut.wait_from_thread(timeout)
         return _wait_from_thread(loop, afut, timeout)
     waiting = loop.create_task(_wait(afut, timeout))
     try:
@@ -198,7 +202,7 @@ class ActorThread(ActorRunner):
     """
 
     def __init__(self, name: str) -> None:
-        self.loop = asyncio.new_event_loop()
+        self.loop = ActorLoop()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 

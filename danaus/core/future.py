@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Generator
 from typing import Any, Generic, TypeVar
 
-from danaus.core.blocking import ThreadWaiters, block_on
+from danaus.core.blocking import ThreadWaitable, block_on
 
 R = TypeVar("R")
 
@@ -24,12 +24,9 @@ def transfer_outcome(src: asyncio.Future[Any], dst: asyncio.Future[Any]) -> None
 
 
 def new_future(loop: asyncio.AbstractEventLoop) -> tuple[asyncio.Future[Any], Future[Any]]:
-    """A pending asyncio future of ``loop`` and the `Future` of it, which threads wait on cheaply.
-
-    Call it before the asyncio future is handed to anything that may settle it.
-    """
-    afut = loop.create_future()
-    return afut, Future(loop, afut, ThreadWaiters(afut))
+    """A pending asyncio future of ``loop``, and the `Future` of it that threads wait on."""
+    afut = ThreadWaitable(loop)
+    return afut, Future(loop, afut)
 
 
 class Future(Generic[R]):
@@ -41,23 +38,17 @@ class Future(Generic[R]):
     Danaus, not by users.
     """
 
-    __slots__ = ("_afut", "_loop", "_waiters")
+    __slots__ = ("_afut", "_loop")
 
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        afut: asyncio.Future[R],
-        waiters: ThreadWaiters | None = None,
-    ) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, afut: asyncio.Future[R]) -> None:
         self._loop = loop
         self._afut = afut
-        self._waiters = waiters
 
     def get(self, timeout: float | None = None) -> R:
         """Wait for the result (at most ``timeout`` seconds) and return it, or raise its error."""
         if self._afut.done():
             return self._afut.result()
-        return block_on(self._loop, self._afut, timeout, self._waiters)
+        return block_on(self._loop, self._afut, timeout)
 
     def result(self, timeout: float | None = None) -> R:
         """Same as `get`."""

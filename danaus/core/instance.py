@@ -261,6 +261,10 @@ class Instance:
         """How many messages this actor has taken from its mailbox (read by `danaus top`)."""
         self._posted = 0
         """Messages posted to this actor (counted on the runtime's thread)."""
+        self._inbox: deque[tuple[str, Call, list[Buffer]]] = deque()
+        """Messages posted and not yet taken by the actor's thread (one wake-up per burst)."""
+        self._inbox_woken = False
+        """The actor's thread has been asked to take the inbox."""
         self._accepted = 0
         """Of those, how many reached its thread (counted there)."""
         self._concurrent: dict[asyncio.Task[None], Call] = {}
@@ -398,9 +402,26 @@ class Instance:
             fn(*args)
 
     def post(self, src: str, call: Call, payload: list[Buffer]) -> None:
-        """Queue a message from proc ``src`` (from the runtime's loop)."""
+        """Queue a message from proc ``src`` (from the runtime's loop).
+
+        Messages that arrive while the actor's thread has yet to take the last
+        ones join them: a burst costs that thread one wake-up. Whatever else is
+        handed to the thread afterwards (`_on_actor`) still comes after them.
+        """
         self._posted += 1
-        self._on_actor(self._accept, src, call, payload)
+        if self.loop is self._runtime.loop:
+            self._accept(src, call, payload)
+            return
+        self._inbox.append((src, call, payload))
+        if not self._inbox_woken:
+            self._inbox_woken = True
+            self._on_actor(self._take_inbox)
+
+    def _take_inbox(self) -> None:
+        self._inbox_woken = False
+        inbox = self._inbox
+        while inbox:
+            self._accept(*inbox.popleft())
 
     def supervise(self, failure: MeshFailure) -> None:
         """A mesh this actor owns has a failed member: handle it at the next safe point.

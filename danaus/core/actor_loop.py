@@ -1,0 +1,74 @@
+"""The event loop of an actor's own thread: woken through a lock while it watches no file.
+
+Another thread hands an actor work with ``call_soon_threadsafe``, which wakes a
+standard asyncio loop by writing to a pipe. Writing releases the writer's GIL
+for the system call, so the actor's thread, woken at once, takes the GIL, and
+the writer has to win it back before it can go on: two threads trading the GIL
+for every message. An actor's loop usually watches no file at all (its work
+arrives as callbacks), so while that is so it sleeps on a lock instead, and a
+waker releases the lock without letting go of the GIL: the actor's thread runs
+once the waker's thread next waits on its own. Once user code makes the loop
+watch a file (a socket, a subprocess), it sleeps in epoll as usual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import selectors
+import threading
+from typing import Any
+
+
+class _LockSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+    """A selector that, while only the loop's own wake-up pipe is registered, sleeps on a lock."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._mutex = threading.Lock()
+        self._bell = threading.Lock()
+        """Held while nobody has rung; released by `ring` (lock mode only)."""
+        self._bell.acquire()
+        self._rung = False
+        self._in_epoll = False
+
+    def ring(self) -> bool:
+        """Wake a sleep on the lock, now or the next one; False if the loop sleeps in epoll."""
+        with self._mutex:
+            if self._in_epoll:
+                return False
+            if not self._rung:
+                self._rung = True
+                self._bell.release()
+        return True
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        with self._mutex:
+            if self._rung:
+                self._bell.acquire(blocking=False)
+                self._rung = False
+                return []
+            self._in_epoll = len(self.get_map()) > 1
+        if self._in_epoll:
+            try:
+                return super().select(timeout)
+            finally:
+                with self._mutex:
+                    self._in_epoll = False
+        rung = self._bell.acquire(timeout=-1 if timeout is None else max(timeout, 0.0))
+        with self._mutex:
+            if self._rung and not rung:
+                self._bell.acquire(blocking=False)
+            self._rung = False
+        return []
+
+
+class ActorLoop(asyncio.SelectorEventLoop):
+    """An asyncio loop for an actor's thread (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._bell_selector = _LockSelector()
+        super().__init__(self._bell_selector)
+
+    def _write_to_self(self) -> Any:
+        if not self._bell_selector.ring():
+            super()._write_to_self()
