@@ -12,7 +12,7 @@ import pytest
 
 from danaus import Actor, SupervisionError, endpoint, this_host
 from tests.conformance.test_supervision import record_root_failures
-from tests.tcp.conftest import wait_until
+from tests.tcp.conftest import run_script, wait_until
 
 
 class Process(Actor):
@@ -93,3 +93,32 @@ def test_log_handlers_made_before_the_worker_started_are_prefixed_too():
         [sys.executable, "-c", source], capture_output=True, text=True, timeout=60, check=True
     )
     assert "[proc p0] made on import" in result.stderr
+
+
+TWO_WORLDS = """
+import os
+import danaus
+from danaus import Actor, endpoint, this_host
+
+class Parent(Actor):
+    @endpoint
+    def parent(self) -> int:
+        return os.getppid()
+
+servers = []
+for _ in range(2):
+    danaus.configure(transport="tcp")
+    servers.append(this_host().spawn_procs().spawn("p", Parent).parent.call_one().get(timeout=30))
+    danaus.shutdown()
+print("servers", *servers, flush=True)
+"""
+
+
+def test_worlds_made_one_after_another_fork_from_one_server_which_ends_with_the_process(
+    tmp_path,
+):
+    result = run_script(TWO_WORLDS, tmp_path)
+    assert result.returncode == 0, result.stderr
+    first, second = map(int, result.stdout.split("servers", 1)[1].split())
+    assert first == second, "the second world started a fork server of its own"
+    wait_until(lambda: not os.path.exists(f"/proc/{first}"), 10, "the fork server to end")

@@ -76,8 +76,6 @@ def _become_worker(stdio: list[int]) -> None:
 def main() -> None:
     requests, exits = (socket.socket(fileno=int(fd)) for fd in sys.argv[1:3])
     transport = sys.argv[3]
-    worker = importlib.import_module(PRELOAD[0])
-    worker.die_with_parent()
     for name in (*PRELOAD, f"danaus.transports.{transport}"):
         importlib.import_module(name)
     stdio = _serve(requests, exits)

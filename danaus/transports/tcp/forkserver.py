@@ -18,8 +18,14 @@ exit status when it has reaped it, since only a parent can learn that.
 The launcher uses the server only for a proc with no `BootstrapCommand` and
 when its environment is the one the server started with, since modules read
 some variables when they are imported; any other proc starts as a new
-interpreter. Every child dies with the server (its parent-death signal), which
-dies with the launcher's starter thread, as a worker started directly does.
+interpreter. Every child dies with the server (its parent-death signal), and
+the server ends when its request socket closes: when its launcher closes it,
+or when the launcher's process ends, however it ends.
+
+A launcher that closes with every child it forked reported gone gives its
+server back to `POOL`, and the next launcher of the process for the same
+transport and environment takes it instead of starting one: a program (a test
+suite) that makes one world after another pays the server's imports once.
 
 Two Unix sockets (``SOCK_SEQPACKET``, so each message is whole) join them, each
 used by one thread of the launcher: on the first, its starter thread sends
@@ -36,6 +42,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from typing import IO
 
@@ -62,6 +69,7 @@ class ForkServer:
     """
 
     def __init__(self, transport: str) -> None:
+        self.transport = transport
         self.environment = dict(os.environ)
         """The environment the server, and so every child it forks, was started with."""
         requests, exits = (socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) for _ in "ab")
@@ -126,6 +134,9 @@ class ForkServer:
             _, pid, code = EXIT_MESSAGE.unpack(message)
             on_exit(pid, code)
 
+    def alive(self) -> bool:
+        return self._process.poll() is None
+
     def close(self, timeout: float = 5.0) -> None:
         """End the server (and any child of it still running) and wait for it."""
         self._requests.close()
@@ -134,3 +145,41 @@ class ForkServer:
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait()
+
+
+IDLE_SERVERS = 2
+"""Servers `POOL` keeps for later launchers; more are closed."""
+
+
+class ForkServerPool:
+    """Fork servers no launcher uses now, kept for the next one of this process. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[ForkServer] = []
+
+    def take(self, transport: str) -> ForkServer:
+        """An idle server for ``transport`` and this environment, else a new one.
+
+        Raises `OSError` if a new one cannot be started.
+        """
+        with self._lock:
+            for server in self._idle:
+                if server.transport == transport and server.fits(os.environ):
+                    self._idle.remove(server)
+                    if server.alive():
+                        return server
+                    server.close()
+                    break
+        return ForkServer(transport)
+
+    def give_back(self, server: ForkServer) -> None:
+        """Keep ``server`` for a later launcher (its last one has no child of it left)."""
+        with self._lock:
+            self._idle.append(server)
+            extra, self._idle = self._idle[:-IDLE_SERVERS], self._idle[-IDLE_SERVERS:]
+        for old in extra:
+            old.close()
+
+
+POOL = ForkServerPool()

@@ -42,7 +42,7 @@ from danaus.core.logs import LoggingOptions, OutputAggregator
 from danaus.core.transport import Launcher, ProcLoss, ProcSpec
 from danaus.progress import Progress
 from danaus.transports.tcp import control
-from danaus.transports.tcp.forkserver import ForkServer
+from danaus.transports.tcp.forkserver import POOL, ForkServer
 from danaus.transports.tcp.ioloop import Settle, settler
 
 if TYPE_CHECKING:
@@ -91,6 +91,11 @@ class _Child:
         return (self.stdout, STDOUT), (self.stderr, STDERR)
 
 
+CLOSE_TIMEOUT = 2.0
+"""Seconds a closing launcher waits for its starts under way, and for its children's ends."""
+CLOSE_POLL = 0.01
+
+
 class _Starter:
     """The thread that starts a launcher's processes, and outlives none of them."""
 
@@ -103,8 +108,11 @@ class _Starter:
     def call_soon(self, fn: Callable[..., None], *args: object) -> None:
         self._calls.put((fn, args))
 
-    def close(self) -> None:
+    def close(self, timeout: float) -> None:
+        """Start nothing more; wait up to ``timeout`` s for what is under way."""
         self._calls.put(None)
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
 
     def _run(self) -> None:
         while (call := self._calls.get()) is not None:
@@ -137,9 +145,47 @@ class LocalLauncher(Launcher):
         }
 
     def close(self) -> None:
-        """Stop starting processes; those still running are killed (their parent-death signal)."""
-        self._starter.call_soon(self._close_fork_server)
-        self._starter.close()
+        """Stop starting processes; those still running are killed (their parent-death signal).
+
+        The fork server goes back to the process's pool once every child it
+        forked for this launcher has been reported gone (they were stopped
+        before); otherwise it is closed, and its children die with it.
+        """
+        self._starter.close(CLOSE_TIMEOUT)
+        forks, self._forks = self._forks, None
+        if forks is None:
+            return
+        if self._detach(forks) and forks.alive():
+            POOL.give_back(forks)
+        else:
+            forks.close()
+
+    def _detach(self, forks: ForkServer) -> bool:
+        """Stop reading ``forks``'s reports once none is awaited; False if one still is."""
+        deadline = time.monotonic() + CLOSE_TIMEOUT
+        while not self._on_io(functools.partial(self._detached, forks)):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(CLOSE_POLL)
+        return True
+
+    def _detached(self, forks: ForkServer) -> bool:
+        if self._forked or self._early_exits:
+            return False
+        self.world.io.remove_reader(forks.exits.fileno())
+        return True
+
+    def _on_io(self, fn: Callable[[], bool]) -> bool:
+        """``fn()`` run on the I/O thread; False if it did not run within `CLOSE_TIMEOUT`."""
+        answer: list[bool] = []
+        ran = threading.Event()
+
+        def run() -> None:
+            answer.append(fn())
+            ran.set()
+
+        self.world.io.call_soon(run)
+        return ran.wait(CLOSE_TIMEOUT) and answer[0]
 
     def set_output(self, procs: Sequence[str], options: LoggingOptions) -> None:
         for aggregator in self._output.values():
@@ -194,7 +240,7 @@ class LocalLauncher(Launcher):
 
     def _start_fork_server(self) -> None:
         try:
-            forks = ForkServer(self.world.name)
+            forks = POOL.take(self.world.name)
         except OSError as exc:
             log.warning("procs start as new interpreters: no fork server (%s)", exc)
             return
