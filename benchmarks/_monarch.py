@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -50,6 +51,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--monarch-transport",
         help="Monarch channel transport passed to enable_transport() (default: Monarch's own)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run Danaus and the peer this many times each, alternating; report medians "
+        "and each run's figure (default 1)",
     )
     parser.add_argument(
         "--no-install",
@@ -215,6 +223,44 @@ def run_peer(args: argparse.Namespace, suite: str | None = None) -> Peer:
         error = f"the Monarch peer exited with {done.returncode} and no results: {tail}"
         return Peer({}, info, error)
     return Peer(results, info, None)
+
+
+# ---- several rounds --------------------------------------------------------------------
+
+
+def median_of_runs(runs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One result per workload from several runs of it: each metric's median, and each run's
+    figure in ``<metric>_runs``; a workload that failed in every run keeps its error."""
+    merged: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        for result in run:
+            merged.setdefault(result["workload"], []).append(result)
+    results = []
+    for tries in merged.values():
+        good = [t for t in tries if "metrics" in t]
+        if not good:
+            results.append(tries[0])
+            continue
+        metrics: dict[str, Any] = {}
+        for key, value in good[0]["metrics"].items():
+            values = [t["metrics"][key] for t in good if key in t["metrics"]]
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                metrics[key] = round(statistics.median(values), 3)
+                if len(values) > 1:
+                    metrics[f"{key}_runs"] = values
+            else:
+                metrics[key] = value
+        results.append({**good[0], "metrics": metrics})
+    return results
+
+
+def median_peer(peers: list[Peer]) -> Peer:
+    """The peer's runs as one `Peer` of medians (the first error if none ran)."""
+    good = [p for p in peers if p.error is None]
+    if not good:
+        return peers[0]
+    runs = [list(p.results.values()) for p in good]
+    return Peer({r["workload"]: r for r in median_of_runs(runs)}, good[0].info, None)
 
 
 # ---- the report ----------------------------------------------------------------------

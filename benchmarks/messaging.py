@@ -8,6 +8,7 @@ measures). Nothing here asserts on speed.
     python benchmarks/messaging.py --quick           # small counts, a smoke test
     python benchmarks/messaging.py --no-encrypt      # tcp with encrypt=False (in clear)
     python benchmarks/messaging.py --peer monarch    # also run torchmonarch, side by side
+    python benchmarks/messaging.py --peer monarch --rounds 3   # alternating, medians of 3
 
 With ``--peer monarch`` the same workloads run on torchmonarch, in a separate
 process of a separate virtualenv (``benchmarks/.monarch-venv``, made on first
@@ -22,7 +23,17 @@ import argparse
 import sys
 import time
 
-from _monarch import add_arguments, line, log, print_line, print_report, run_danaus, run_peer
+from _monarch import (
+    add_arguments,
+    line,
+    log,
+    median_of_runs,
+    median_peer,
+    print_line,
+    print_report,
+    run_danaus,
+    run_peer,
+)
 from _workloads import FULL, QUICK, MeshFramework, run_all, workload_names
 
 import danaus
@@ -53,19 +64,26 @@ def main(argv: list[str] | None = None) -> int:
         return run_all(MeshFramework(danaus), counts)
 
     if args.peer is None:
-        run_danaus(labels, names, workloads, lambda r: print_line(line(labels, r)))
+        if args.rounds == 1:
+            run_danaus(labels, names, workloads, lambda r: print_line(line(labels, r)))
+            return 0
+        runs = [run_danaus(labels, names, workloads, _progress) for _ in range(args.rounds)]
+        for result in median_of_runs(runs):
+            print_line(line(labels, result))
         return 0
 
-    started = time.perf_counter()
-    ours = run_danaus(
-        labels,
-        names,
-        workloads,
-        lambda r: log(f"danaus {r['workload']}: {r.get('metrics', r.get('error'))}"),
-    )
-    log(f"danaus done in {time.perf_counter() - started:.1f} s")
-    print_report([(labels, result) for result in ours], run_peer(args))
+    ours, peers = [], []
+    for round_ in range(args.rounds):
+        started = time.perf_counter()
+        ours.append(run_danaus(labels, names, workloads, _progress))
+        log(f"round {round_ + 1}: danaus done in {time.perf_counter() - started:.1f} s")
+        peers.append(run_peer(args))
+    print_report([(labels, result) for result in median_of_runs(ours)], median_peer(peers))
     return 0
+
+
+def _progress(result: dict) -> None:
+    log(f"danaus {result['workload']}: {result.get('metrics', result.get('error'))}")
 
 
 if __name__ == "__main__":
