@@ -63,15 +63,20 @@ class Cipher:
     def encrypts(self) -> bool:
         return self._aead is not None
 
-    def seal(self, plain: Any) -> list[Any]:
-        """The buffers of one record carrying ``plain`` (a bytes-like object)."""
+    def seal(self, plain: Any, into: bytearray | None = None) -> list[Any]:
+        """The buffers of one record carrying ``plain`` (a bytes-like object).
+
+        ``into``: a buffer the sealed record is written to (it must be large
+        enough, and not still in use), instead of a new one.
+        """
         size = memoryview(plain).nbytes
         if self._aead is None:
             return [LENGTH.pack(size), plain]
         length = LENGTH.pack(size + TAG_BYTES)
-        record = bytearray(LENGTH.size + size + TAG_BYTES)
+        total = LENGTH.size + size + TAG_BYTES
+        record = memoryview(into)[:total] if into is not None else memoryview(bytearray(total))
         record[: LENGTH.size] = length
-        self._aead.encrypt_into(self._nonce(), plain, length, memoryview(record)[LENGTH.size :])
+        self._aead.encrypt_into(self._nonce(), plain, length, record[LENGTH.size :])
         return [record]
 
     def open_into(self, length: bytes, body: memoryview, out: memoryview) -> None:
@@ -105,9 +110,14 @@ def inline_record(message: Sequence[Any], cipher: Cipher) -> list[Any] | None:
 
 
 def message_records(
-    message: Sequence[Any], cipher: Cipher, chunk_bytes: int
+    message: Sequence[Any], cipher: Cipher, chunk_bytes: int, scratch: bytearray | None = None
 ) -> Iterator[list[Any]]:
-    """The records of ``message`` (its frames), each sealed only when it is asked for."""
+    """The records of ``message`` (its frames), each sealed only when it is asked for.
+
+    ``scratch`` (of at least ``chunk_bytes`` plus a record's overhead): where
+    each chunk of a large message is sealed, so the caller must be done with
+    one before it asks for the next.
+    """
     record = inline_record(message, cipher) if chunk_bytes >= INLINE_BYTES else None
     if record is not None:
         yield record
@@ -116,7 +126,7 @@ def message_records(
     yield cipher.seal(_header([view.nbytes for view in views]))
     for view in views:
         for start in range(0, view.nbytes, chunk_bytes):
-            yield cipher.seal(view[start : start + chunk_bytes])
+            yield cipher.seal(view[start : start + chunk_bytes], scratch)
 
 
 class Assembly:

@@ -333,6 +333,8 @@ class Outbound:
         self._failed = False
         """The peer stopped taking bytes: it is gone, and its loss will be reported."""
         self._opening: asyncio.Task[None] | None = None
+        self._scratch: bytearray | None = None
+        """Where the chunks of large messages are sealed, one at a time (made on first use)."""
 
     def send(self, message: list[Any]) -> None:
         with self._lock:
@@ -463,7 +465,11 @@ class Outbound:
         return True
 
     def _take(self) -> bool:
-        """Seal records into `_ready`, up to `WRITE_BATCH` bytes; False if none is left."""
+        """Seal records into `_ready`, up to `WRITE_BATCH` bytes; False if none is left.
+
+        A chunk sealed into the scratch buffer ends the batch: the next one
+        is sealed there only once the kernel has taken this one.
+        """
         assert self._cipher is not None
         size = 0
         while size < WRITE_BATCH:
@@ -471,7 +477,10 @@ class Outbound:
                 if not self._queue:
                     break
                 self._records = message_records(
-                    self._queue.popleft(), self._cipher, self._plane.limits.chunk_bytes
+                    self._queue.popleft(),
+                    self._cipher,
+                    self._plane.limits.chunk_bytes,
+                    self._scratch_buffer(),
                 )
             record = next(self._records, None)
             if record is None:
@@ -482,7 +491,17 @@ class Outbound:
                 if view.nbytes:
                     self._ready.append(view)
                     size += view.nbytes
+            if self._scratch is not None and memoryview(record[0]).obj is self._scratch:
+                break
         return bool(self._ready)
+
+    def _scratch_buffer(self) -> bytearray | None:
+        if self._cipher is None or not self._cipher.encrypts:
+            return None
+        if self._scratch is None:
+            size = LENGTH.size + self._plane.limits.chunk_bytes + self._cipher.overhead
+            self._scratch = bytearray(size)
+        return self._scratch
 
     def _consume(self, sent: int) -> None:
         ready = self._ready
