@@ -1,4 +1,4 @@
-"""The event loop of an actor's thread: woken by a lock while it watches no file, epoll otherwise."""
+"""The event loop of an actor's thread: woken by a lock while it watches no file."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from danaus.core import wire
 from danaus.transports.tcp import control, memory
+from danaus.transports.tcp.buffers import BufferCache
 from danaus.transports.tcp.limits import Limits
 from danaus.transports.tcp.records import (
     LENGTH,
@@ -85,7 +86,7 @@ def _records(data: bytes) -> list[tuple[bytes, memoryview]]:
 
 
 def _assemble(data: bytes, key: bytes | None, max_message: int) -> list[list[bytes]]:
-    assembly = Assembly(Cipher(key), max_record=1 << 16, max_message_bytes=max_message)
+    assembly = Assembly(Cipher(key), 1 << 16, max_message, BufferCache(1 << 20))
     messages = []
     for length, body in _records(data):
         assembly.check_length(body.nbytes)

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from danaus.transports import challenge
+from danaus.transports.tcp.buffers import BufferCache
 from danaus.transports.tcp.limits import Limits, MiB
 from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.tcp.security import JobKeys
@@ -269,3 +270,17 @@ def test_draining_before_stop_sends_what_waited_for_an_address(loop):
     assert not sender.unsent()
     loop.run(sender.stop)
     assert inbox.wait_for(1) == [("a", [b"last words"])]
+
+
+def test_a_kept_buffer_is_filled_again_only_once_nothing_refers_to_it():
+    cache = BufferCache(256 * MiB)
+    first = cache.allocate(64 * MiB)
+    buffer = id(first.obj)  # the cache keeps it alive: the id stays its own
+    assert id(cache.allocate(64 * MiB).obj) != buffer, "a buffer still in view was reused"
+    array = memoryview(first[:100]).cast("B")
+    del first
+    assert id(cache.allocate(64 * MiB).obj) != buffer, "a buffer an array holds was reused"
+    del array
+    assert id(cache.allocate(64 * MiB).obj) == buffer
+    assert cache.allocate(300 * MiB).nbytes == 300 * MiB
+    assert cache.allocate(10).nbytes == 10

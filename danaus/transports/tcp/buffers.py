@@ -4,11 +4,17 @@ Large buffers are mapped from the kernel with their pages populated at once:
 the buffer is about to be filled whole, and the kernel filling a mapping in
 one call costs far less than a fault per page as the bytes arrive (on a
 virtual machine, many times less). No thread holds the GIL to clear them.
+
+A connection that receives large messages again and again (a tensor each
+step) keeps a few of their buffers in a `BufferCache`, and fills one again
+once nothing refers to it any more: the array, tensor or bytes made from it
+are gone, so no object can see its bytes change.
 """
 
 from __future__ import annotations
 
 import mmap
+import sys
 
 MAPPED_FROM = 1024 * 1024
 """Buffers of at least this many bytes are mapped; smaller ones are bytearrays."""
@@ -21,3 +27,35 @@ def allocate(nbytes: int) -> memoryview:
     if nbytes >= MAPPED_FROM:
         return memoryview(mmap.mmap(-1, nbytes, flags=_POPULATED))
     return memoryview(bytearray(nbytes))
+
+
+class BufferCache:
+    """Large buffers of one connection, each used again once nothing else refers to it."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._max_bytes = max_bytes
+        self._kept: list[mmap.mmap] = []
+
+    def allocate(self, nbytes: int) -> memoryview:
+        """A writable buffer of ``nbytes`` bytes: a free kept one that fits, else a new one."""
+        if nbytes < MAPPED_FROM:
+            return memoryview(bytearray(nbytes))
+        kept = self._kept
+        for index in range(len(kept)):
+            # Referred to by the list and by this call's argument alone: no view of it is left.
+            if nbytes <= len(kept[index]) <= 2 * nbytes and sys.getrefcount(kept[index]) == 2:
+                buffer = kept.pop(index)
+                self._keep(buffer)
+                return memoryview(buffer)[:nbytes]
+        fresh = mmap.mmap(-1, nbytes, flags=_POPULATED)
+        self._keep(fresh)
+        return memoryview(fresh)
+
+    def _keep(self, buffer: mmap.mmap) -> None:
+        """Keep ``buffer`` (newest last); forget the oldest beyond the byte budget."""
+        if len(buffer) > self._max_bytes:
+            return
+        self._kept.append(buffer)
+        while sum(len(kept) for kept in self._kept) > self._max_bytes:
+            self._kept.pop(0)
+

@@ -27,7 +27,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from danaus.core import wire
-from danaus.transports.tcp.buffers import allocate
+from danaus.transports.tcp.buffers import BufferCache
 
 LENGTH = struct.Struct("<I")
 """The length of the record body that follows."""
@@ -137,8 +137,11 @@ class Assembly:
     body once all of it is there.
     """
 
-    def __init__(self, cipher: Cipher, max_record: int, max_message_bytes: int) -> None:
+    def __init__(
+        self, cipher: Cipher, max_record: int, max_message_bytes: int, buffers: BufferCache
+    ) -> None:
         self._cipher = cipher
+        self._buffers = buffers
         self.max_record = max_record
         """The longest body a record may have (checked before it is read)."""
         self._max_message = max_message_bytes
@@ -207,7 +210,7 @@ class Assembly:
             return _slices(plain, at, sizes)
         if plain.nbytes != at or total == 0:
             raise RecordError("a message header followed by the wrong number of bytes")
-        self._whole = allocate(total)
+        self._whole = self._buffers.allocate(total)
         self._frames = _slices(self._whole, 0, sizes)
         self._filled = 0
         return None

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from danaus.transports import challenge
-from danaus.transports.tcp.buffers import allocate
+from danaus.transports.tcp.buffers import BufferCache, allocate
 from danaus.transports.tcp.limits import Limits
 from danaus.transports.tcp.records import (
     LENGTH,
@@ -57,6 +57,8 @@ WRITE_BUFFERS = 512
 """Buffers handed to the kernel in one call, at most (below the system's IOV_MAX)."""
 RETRY_PAUSE = 0.05
 RETRY_PAUSE_MAX = 1.0
+KEPT_BYTES = 256 * 1024 * 1024
+"""Bytes of received large messages' buffers a connection keeps to fill again (`BufferCache`)."""
 STOP_LINGER = 1.0
 """Seconds a stopping plane gives its messages to reach the kernel: first those still
 waiting for an address or a connection (`StreamPlane.drain`), then the rest."""
@@ -582,6 +584,7 @@ class Inbound:
             cipher,
             plane.limits.frame_bytes + cipher.overhead,
             plane.limits.max_message_bytes,
+            BufferCache(KEPT_BYTES),
         )
         self._buffer = bytearray(READ_BYTES)
         self._view = memoryview(self._buffer)
