@@ -13,8 +13,10 @@ so each seed starts from a fresh world; a world made by a wider fixture is
 left alone (and keeps the seed it was made with). A test's own timeout
 (pytest-timeout) counts each seed separately.
 
-A failing test reports the seeds it failed on and, for the first, the one
-command that replays it. With ``--danaus-traces DIR``, the traces of each
+A test's reports give the time it took over all its seeds, so that
+``--durations`` and tools reading the reports see what it cost. A failing test
+reports the seeds it failed on and, for the first, the one command that
+replays it. With ``--danaus-traces DIR``, the traces of each
 failing seed's simulated worlds are written under ``DIR`` as JSON lines, an
 HTML sequence diagram and a Perfetto timeline (`danaus.chaos.export`).
 """
@@ -121,11 +123,14 @@ class SimSwitch:
         first_failure: list[pytest.TestReport] | None = None
         last: list[pytest.TestReport] = []
         pictures: list[Path] = []
+        spent: dict[str, float] = {}
         pinned = item.get_closest_marker(DEFAULT_SCHEDULE) is not None
         for index, seed in enumerate(range(1) if pinned else self.seeds):
             if index:
                 _restart_timeout(item)
             last, seed_pictures = self._run_seed(item, nextitem, seed)
+            for report in last:
+                spent[report.when] = spent.get(report.when, 0.0) + report.duration
             if any(r.failed for r in last):
                 failed.append(seed)
                 pictures += seed_pictures
@@ -137,6 +142,8 @@ class SimSwitch:
         if failed:
             self._report_failure(item, kept, failed, pictures)
         for report in kept:
+            # What the phase cost over every seed, for --durations, JUnit XML and wrappers.
+            report.duration = spent[report.when]
             ihook.pytest_runtest_logreport(report=report)
         ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
         return True

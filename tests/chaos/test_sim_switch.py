@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 EXAMPLE = ROOT / "examples" / "simulator"
@@ -82,6 +84,8 @@ def test_timed():
 COUNT_TIMERS = """
 from pathlib import Path
 
+import pytest
+
 
 def pytest_timeout_set_timer(item, settings):
     with open(Path(__file__).parent / "timers", "a") as log:
@@ -95,3 +99,46 @@ def test_each_seed_gets_the_tests_whole_timeout(tmp_path):
     done = pytest_in(tmp_path, "--danaus-sim", "--danaus-seeds", "0:4", "test_timed.py")
     assert done.returncode == 0, done.stdout
     assert (tmp_path / "timers").read_text().split() == ["30.0"] * 4
+
+
+RECORD_DURATIONS = """
+from pathlib import Path
+
+import pytest
+
+import pytest
+
+LOG = Path(__file__).parent
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    with open(LOG / "per_seed", "a") as log:
+        log.write(f"{report.when} {report.duration!r}\\n")
+
+
+def pytest_runtest_logreport(report):
+    with open(LOG / "reported", "a") as log:
+        log.write(f"{report.when} {report.duration!r}\\n")
+"""
+
+
+def durations(path: Path) -> dict[str, list[float]]:
+    found: dict[str, list[float]] = {}
+    for line in path.read_text().splitlines():
+        when, seconds = line.split()
+        found.setdefault(when, []).append(float(seconds))
+    return found
+
+
+def test_a_tests_reported_duration_is_that_of_all_its_seeds(tmp_path):
+    (tmp_path / "test_timed.py").write_text(TIMED)
+    (tmp_path / "conftest.py").write_text(RECORD_DURATIONS)
+    done = pytest_in(tmp_path, "--danaus-sim", "--danaus-seeds", "0:4", "test_timed.py")
+    assert done.returncode == 0, done.stdout
+    per_seed, reported = durations(tmp_path / "per_seed"), durations(tmp_path / "reported")
+    assert sorted(reported) == sorted(per_seed) == ["call", "setup", "teardown"]
+    for when, seeds in per_seed.items():
+        assert len(seeds) == 4
+        assert reported[when] == [pytest.approx(sum(seeds), rel=1e-12)]
