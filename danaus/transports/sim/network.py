@@ -92,7 +92,7 @@ class _Queue:
 
 
 class _Host:
-    __slots__ = ("bandwidth_factor", "bus", "name", "rx", "tx")
+    __slots__ = ("bandwidth_factor", "bus", "endpoints", "name", "rx", "tx")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -100,6 +100,8 @@ class _Host:
         self.rx = _Queue()
         self.bus = _Queue()
         self.bandwidth_factor = 1.0
+        self.endpoints: dict[str, SimTransport] = {}
+        """The procs of this host (as in `SimNetwork.endpoints`, in the order they came)."""
 
 
 class _Message:
@@ -265,10 +267,19 @@ class SimNetwork:
     def add_host(self, name: str) -> None:
         self.hosts[name] = _Host(name)
 
+    def endpoints_on(self, host: str) -> dict[str, SimTransport]:
+        """The procs of ``host``, whatever their state, by proc id."""
+        nic = self.hosts.get(host)
+        return nic.endpoints if nic is not None else {}
+
     def attach(self, proc: str, host: str) -> SimTransport:
+        previous = self.endpoints.get(proc)
+        if previous is not None:
+            del previous.nic.endpoints[proc]
         last_arrival = self._last_arrival.setdefault(proc, {})
         endpoint = SimTransport(self, proc, host, last_arrival)
         self.endpoints[proc] = endpoint
+        endpoint.nic.endpoints[proc] = endpoint
         return endpoint
 
     def up(self, proc: str) -> None:
@@ -381,8 +392,8 @@ class SimNetwork:
 
             def cut_off(_: object) -> None:
                 if link.held and link.holds == episode and self.on_silent is not None:
-                    for proc, endpoint in list(self.endpoints.items()):
-                        if endpoint.host == far and endpoint.state in LIVE:
+                    for proc, endpoint in list(self.endpoints_on(far).items()):
+                        if endpoint.state in LIVE:
                             self.on_silent(proc)
 
             self.env.timeout(self.model.heartbeat_timeout).callbacks.append(cut_off)

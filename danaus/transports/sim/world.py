@@ -205,6 +205,9 @@ class SimWorld(World):
     def local_runtimes(self) -> list[Runtime]:
         return list(self.procs.values())
 
+    def is_local(self, proc: str) -> bool:
+        return proc in self.procs
+
     def hosts(self) -> Sequence[str]:
         return self._hosts
 
@@ -276,11 +279,8 @@ class SimWorld(World):
     def worker_procs(self, host: str) -> list[str]:
         return sorted(
             proc
-            for proc, endpoint in self.network.endpoints.items()
-            if endpoint.host == host
-            and endpoint.state in LIVE
-            and proc != ROOT
-            and proc not in self._hosts_set
+            for proc, endpoint in self.network.endpoints_on(host).items()
+            if endpoint.state in LIVE and proc != ROOT and proc not in self._hosts_set
         )
 
     def _silent(self, proc: str) -> None:
