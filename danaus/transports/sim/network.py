@@ -92,7 +92,7 @@ class _Queue:
 
 
 class _Host:
-    __slots__ = ("bandwidth_factor", "bus", "endpoints", "name", "rx", "tx")
+    __slots__ = ("bandwidth_factor", "bus", "endpoints", "links", "name", "rx", "tx")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -102,6 +102,8 @@ class _Host:
         self.bandwidth_factor = 1.0
         self.endpoints: dict[str, SimTransport] = {}
         """The procs of this host (as in `SimNetwork.endpoints`, in the order they came)."""
+        self.links: dict[str, _Link] = {}
+        """The links from this host that a fault changed, by destination host."""
 
 
 class _Message:
@@ -209,7 +211,7 @@ class SimTransport(Transport):
 
     def send(self, dest: str, frames: Sequence[Buffer]) -> None:
         copied = copy_frames(frames)
-        self.network.send(_Message(self.proc_id, dest, copied, sum(map(len, copied))))
+        self.network.dispatch(self, _Message(self.proc_id, dest, copied, sum(map(len, copied))))
 
     def watch(self, proc: str) -> None:
         self.network.watch(self.proc_id, proc)
@@ -256,7 +258,6 @@ class SimNetwork:
         """Per sender, then per destination: when the latest message arrives."""
         self._watchers: dict[str, dict[str, None]] = {}
         self._losses: dict[str, ProcLoss] = {}
-        self._links: dict[tuple[str, str], _Link] = {}
         self.on_silent: Callable[[str], None] | None = None
         self.controller_host: str | None = None
         self.extra_delay: Callable[[], float] | None = None
@@ -376,7 +377,7 @@ class SimNetwork:
         return heal
 
     def _link(self, src_host: str, dst_host: str) -> _Link:
-        return self._links.setdefault((src_host, dst_host), _Link())
+        return self.hosts[src_host].links.setdefault(dst_host, _Link())
 
     def hold(self, src_host: str, dst_host: str) -> Heal:
         """Traffic from ``src_host`` to ``dst_host`` waits until healed (a clog or partition)."""
@@ -423,8 +424,10 @@ class SimNetwork:
         event.callbacks.append(lambda _: self.loop.call_soon(endpoint.on_loss, loss))
 
     def send(self, message: _Message) -> None:
-        """Put ``message`` on its way, or hold it while its sender or receiver cannot take it."""
-        sender = self.endpoints[message.src]
+        self.dispatch(self.endpoints[message.src], message)
+
+    def dispatch(self, sender: SimTransport, message: _Message) -> None:
+        """Put ``message`` from ``sender`` on its way, or hold it until both ends can take it."""
         if sender.state is ProcState.PAUSED:
             sender.held_out.append(message)
             return
@@ -448,7 +451,8 @@ class SimNetwork:
             done = src_host.bus.serve(now, model.per_message + size / model.local_bandwidth)
             arrival = done + model.local_latency
         else:
-            link = self._links.get((src_host.name, dst_host.name))
+            links = src_host.links
+            link = links.get(dst_host.name) if links else None
             if link is not None and link.held:
                 link.waiting.append(message)
                 return
@@ -463,7 +467,9 @@ class SimNetwork:
                     delay += self.rng.expovariate(1.0 / link.jitter)
             bandwidth = model.bandwidth * dst_host.bandwidth_factor
             arrival = dst_host.rx.serve(done + delay, size / bandwidth)
-        arrival += sender.slowness + receiver.slowness
+        slowness = sender.slowness + receiver.slowness
+        if slowness:
+            arrival += slowness
         if self.extra_delay is not None:
             arrival += self.extra_delay()
         last_arrival = sender.last_arrival
