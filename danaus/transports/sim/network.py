@@ -264,6 +264,7 @@ class SimNetwork:
         """An extra latency for each message (schedule exploration), or None."""
         self._arrival = (self._arrive,)
         """The callbacks of every message's arrival event."""
+        self._jitter_rate = 1.0 / model.jitter if model.jitter > 0 else 0.0
 
     def add_host(self, name: str) -> None:
         self.hosts[name] = _Host(name)
@@ -444,7 +445,7 @@ class SimNetwork:
     def _schedule(self, message: _Message, sender: SimTransport, receiver: SimTransport) -> None:
         model = self.model
         env = self.env
-        now = env.now
+        now = env._now
         size = message.size
         src_host, dst_host = sender.nic, receiver.nic
         if src_host is dst_host:
@@ -459,8 +460,8 @@ class SimNetwork:
             bandwidth = model.bandwidth * src_host.bandwidth_factor
             done = src_host.tx.serve(now, model.per_message + size / bandwidth)
             delay = model.latency
-            if model.jitter > 0:
-                delay += self.rng.expovariate(1.0 / model.jitter)
+            if self._jitter_rate:
+                delay += self.rng.expovariate(self._jitter_rate)
             if link is not None:
                 delay += link.extra_latency
                 if link.jitter > 0:
