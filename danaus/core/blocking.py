@@ -42,7 +42,7 @@ class _EndpointGreenlet(greenlet.greenlet):
     Sync code sees no running event loop, as on a thread of its own: the loop
     is marked running only while the greenlet has switched back to it. A
     finished call leaves the greenlet ready for the next one, as starting a
-    greenlet costs ten times what switching to one does.
+    greenlet costs several times what switching to one does.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
