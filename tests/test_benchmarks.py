@@ -83,10 +83,30 @@ def test_sim_scale_small() -> None:
     scale, chaos = run_benchmark("sim_scale.py", "--sizes", "64", "--rounds", "2", "--seeds", "5")
     assert scale["benchmark"] == "sim_broadcast_gather" and scale["procs"] == 64
     assert scale["messages_delivered"] >= 2 * 2 * 64
+    assert scale["round_messages"] == 2 * 2 * 64
+    for key in ("cpu_s", "round_cpu_s", "round_messages_per_cpu_s"):
+        assert scale[key] > 0, (key, scale)
+    assert scale["round_gc_cpu_s"] >= 0
     assert chaos["benchmark"] == "chaos_training" and chaos["seeds"] == 5
     assert chaos["faults"] > 0 and chaos["failed_seeds"] == 0
     for key in ("seeds_per_wall_minute", "simulated_s_per_wall_s", "simulated_s"):
         assert chaos[key] > 0, (key, chaos)
+
+
+def test_sim_scale_profile() -> None:
+    """--profile adds, per size, where the rounds' time goes per delivered message."""
+    scale, profile = run_benchmark(
+        "sim_scale.py", "--sizes", "64", "--rounds", "1", "--seeds", "0", "--profile"
+    )
+    assert profile["benchmark"] == "sim_profile" and profile["procs"] == scale["procs"] == 64
+    assert profile["messages"] == scale["round_messages"] == 2 * 64
+    assert profile["profiled_us_per_message"] > 0
+    assert "danaus/transports/sim/network.py" in profile["areas"]
+    assert profile["functions"], profile
+    for row in profile["functions"]:
+        assert {"function", "calls_per_message", "own_us_per_message", "total_us_per_message"} == (
+            row.keys()
+        )
 
 
 def test_large_argument_small() -> None:

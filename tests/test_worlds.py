@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import random
 
 import danaus
@@ -9,6 +10,7 @@ import danaus.sim
 from danaus import Actor, MeshFailure, endpoint, this_host
 from danaus.chaos import Plan, run_scenario
 from danaus.core import config
+from danaus.transports.sim.collector import YOUNG_THRESHOLD
 from tests.chaos.scenarios import Calm
 from tests.conformance.transports import FAST_HEARTBEATS
 
@@ -47,6 +49,14 @@ def test_a_sim_run_then_a_tcp_run_share_no_state():
     finally:
         danaus.shutdown()
     assert seen == ["fails", "fails"]
+
+
+def test_a_sim_run_gives_back_the_collector_thresholds():
+    before = gc.get_threshold()
+    run = danaus.sim.run(gc.get_threshold)
+    assert run.value[0] >= YOUNG_THRESHOLD, "young collections are rarer while a world runs"
+    assert run.value[1:] == before[1:]
+    assert gc.get_threshold() == before
 
 
 def test_a_chaos_run_leaves_nothing_behind_for_a_plain_run():

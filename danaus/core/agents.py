@@ -207,7 +207,6 @@ async def keep_traces(runtime: Runtime, procs: Sequence[str]) -> None:
     from danaus.core.mesh import agent_of
 
     world = runtime.world
-    local = {r.proc_id for r in world.local_runtimes()}
     live = set(world.faults.workers(runtime.proc_id))  # the procs this host agent started
 
     async def one(proc: str) -> list[Event]:
@@ -217,7 +216,7 @@ async def keep_traces(runtime: Runtime, procs: Sequence[str]) -> None:
             log.warning("the trace of proc %s is lost: %r", proc, exc)
             return []
 
-    remote = [p for p in procs if p in live and p not in local]
+    remote = [p for p in procs if p in live and not world.is_local(p)]
     if remote:
         found = await asyncio.gather(*(one(p) for p in remote))
         runtime.trace.events.extend(e for events in found for e in events)

@@ -578,10 +578,10 @@ class Instance:
             if item is None:
                 await self._finish()
                 return
-            if isinstance(item, tuple):
-                await self._handle(*item)
-            else:
-                await self._control(item)
+            handling = self._handle(*item) if isinstance(item, tuple) else self._control(item)
+            del item  # kept no longer than its handling: a payload may be large
+            await handling
+            del handling
 
     async def _invoke(self, fn: Callable[..., Any], is_async: bool) -> Any:
         """Run user code; a ``sys.exit`` in it ends the whole proc, as in a real process."""

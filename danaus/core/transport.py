@@ -270,6 +270,10 @@ class World(ABC):
         """The runtimes of the procs living in this OS process (they record into `trace`)."""
         return [self.root]
 
+    def is_local(self, proc: str) -> bool:
+        """Whether ``proc`` lives in this OS process (one of `local_runtimes`)."""
+        return any(runtime.proc_id == proc for runtime in self.local_runtimes())
+
     @abstractmethod
     def hosts(self) -> Sequence[str]:
         """Proc ids of the host agents of every host in the world, in order."""

@@ -57,7 +57,7 @@ class Call(msgspec.Struct, tag="call", array_like=True, omit_defaults=True):
     def validate(self) -> None:
         if self.plain not in (0, PLAIN_RETURNS, PLAIN_PORT):
             raise FrameError("call: unknown kind of method")
-        if len(self.labels) != len(self.sizes) or any(s < 1 for s in self.sizes):
+        if len(self.labels) != len(self.sizes) or (self.sizes and min(self.sizes) < 1):
             raise FrameError("call: labels and sizes disagree")
         if not 0 <= self.point < math.prod(self.sizes):
             raise FrameError("call: point out of range")
@@ -125,9 +125,9 @@ def decode(frames: Sequence[Buffer], max_bytes: int | None = None) -> tuple[Enve
     header = memoryview(frames[0])
     if header.nbytes > MAX_HEADER_BYTES:
         raise FrameError(f"header of {header.nbytes} bytes exceeds {MAX_HEADER_BYTES}")
-    if header.nbytes < len(_PREFIX) or bytes(header[: len(MAGIC)]) != MAGIC:
-        raise FrameError("not a Danaus frame (bad magic)")
-    if header[len(MAGIC)] != VERSION:
+    if header[: len(_PREFIX)] != _PREFIX:
+        if header.nbytes < len(_PREFIX) or bytes(header[: len(MAGIC)]) != MAGIC:
+            raise FrameError("not a Danaus frame (bad magic)")
         raise FrameError(f"protocol version {header[len(MAGIC)]}, expected {VERSION}")
     payload = list(frames[1:])
     if not payload:

@@ -13,6 +13,11 @@ transport here keeps per-pair order), and every message is copied at send
 time, as a real network would, so the receiver never shares the sender's
 memory.
 
+A message in flight is its own SimPy event: it goes on the environment's
+queue with the next event id, as a ``Timeout`` would, so it is processed in
+the same order, without the ``Timeout``, its callback list and a bound
+callback per message.
+
 Faults change the model while they last: extra latency and jitter on a link,
 a link that holds its traffic (a clog, or one direction of a partition: TCP
 keeps retrying, so what was sent arrives once the link heals), a slower NIC,
@@ -30,9 +35,11 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from heapq import heappush
 from typing import TYPE_CHECKING, Any
 
 import simpy
+from simpy.events import NORMAL
 
 from danaus.core import trace as ev
 from danaus.core.faults import Heal
@@ -85,7 +92,7 @@ class _Queue:
 
 
 class _Host:
-    __slots__ = ("bandwidth_factor", "bus", "name", "rx", "tx")
+    __slots__ = ("bandwidth_factor", "bus", "endpoints", "links", "name", "rx", "tx")
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -93,12 +100,22 @@ class _Host:
         self.rx = _Queue()
         self.bus = _Queue()
         self.bandwidth_factor = 1.0
+        self.endpoints: dict[str, SimTransport] = {}
+        """The procs of this host (as in `SimNetwork.endpoints`, in the order they came)."""
+        self.links: dict[str, _Link] = {}
+        """The links from this host that a fault changed, by destination host."""
 
 
 class _Message:
-    """Something crossing the network: frames for the runtime, or a transfer the network serves."""
+    """Something crossing the network: frames for the runtime, or a transfer the network serves.
 
-    __slots__ = ("deliver", "dst", "frames", "size", "src")
+    While it travels it is the SimPy event of its arrival: ``Environment.step``
+    calls each of its ``callbacks`` with it, and reads ``_ok`` (always true).
+    """
+
+    __slots__ = ("callbacks", "deliver", "dst", "frames", "size", "src")
+
+    _ok = True
 
     def __init__(
         self,
@@ -113,6 +130,7 @@ class _Message:
         self.frames = frames
         self.size = size
         self.deliver = deliver
+        self.callbacks: tuple[Callable[[_Message], None], ...] | None = None
 
 
 class _MemoryOp:
@@ -169,10 +187,16 @@ class SimTransport(Transport):
     memory_backend = "sim"
     memory_one_sided = True
 
-    def __init__(self, network: SimNetwork, proc_id: str, host: str) -> None:
+    def __init__(
+        self, network: SimNetwork, proc_id: str, host: str, last_arrival: dict[str, float]
+    ) -> None:
         self.network = network
         self.proc_id = proc_id
         self.host = host
+        self.nic = network.hosts[host]
+        """The host's queues this proc's messages go through."""
+        self.last_arrival = last_arrival
+        """When the latest message from this proc to each destination arrives (for FIFO)."""
         self.state = ProcState.BOOTING
         self.on_frames: FrameHandler | None = None
         self.on_loss: LossHandler | None = None
@@ -186,7 +210,8 @@ class SimTransport(Transport):
         self.on_loss = on_loss
 
     def send(self, dest: str, frames: Sequence[Buffer]) -> None:
-        self.network.transmit(self.proc_id, dest, frames)
+        copied = copy_frames(frames)
+        self.network.dispatch(self, _Message(self.proc_id, dest, copied, sum(map(len, copied))))
 
     def watch(self, proc: str) -> None:
         self.network.watch(self.proc_id, proc)
@@ -229,28 +254,41 @@ class SimNetwork:
         self._memory: dict[tuple[str, int], memoryview] = {}
         self._memory_keys = itertools.count(1)
         self._memory_ops: dict[str, list[_MemoryOp]] = {}
-        self._last_arrival: dict[tuple[str, str], float] = {}
+        self._last_arrival: dict[str, dict[str, float]] = {}
+        """Per sender, then per destination: when the latest message arrives."""
         self._watchers: dict[str, dict[str, None]] = {}
         self._losses: dict[str, ProcLoss] = {}
-        self._links: dict[tuple[str, str], _Link] = {}
         self.on_silent: Callable[[str], None] | None = None
         self.controller_host: str | None = None
         self.extra_delay: Callable[[], float] | None = None
         """An extra latency for each message (schedule exploration), or None."""
+        self._arrival = (self._arrive,)
+        """The callbacks of every message's arrival event."""
+        self._jitter_rate = 1.0 / model.jitter if model.jitter > 0 else 0.0
 
     def add_host(self, name: str) -> None:
         self.hosts[name] = _Host(name)
 
+    def endpoints_on(self, host: str) -> dict[str, SimTransport]:
+        """The procs of ``host``, whatever their state, by proc id."""
+        nic = self.hosts.get(host)
+        return nic.endpoints if nic is not None else {}
+
     def attach(self, proc: str, host: str) -> SimTransport:
-        endpoint = SimTransport(self, proc, host)
+        previous = self.endpoints.get(proc)
+        if previous is not None:
+            del previous.nic.endpoints[proc]
+        last_arrival = self._last_arrival.setdefault(proc, {})
+        endpoint = SimTransport(self, proc, host, last_arrival)
         self.endpoints[proc] = endpoint
+        endpoint.nic.endpoints[proc] = endpoint
         return endpoint
 
     def up(self, proc: str) -> None:
         """``proc`` has booted: deliver what waited for it, in order."""
         self.endpoints[proc].state = ProcState.UP
         for message in self._waiting.pop(proc, ()):
-            self._schedule(message)
+            self._schedule(message, self.endpoints[message.src], self.endpoints[message.dst])
 
     def down(self, proc: str, reason: str, **details: Any) -> None:
         """``proc`` is gone: its watchers (and later senders) are told."""
@@ -303,9 +341,9 @@ class SimNetwork:
         held_in, endpoint.held_in = endpoint.held_in, []
         held_out, endpoint.held_out = endpoint.held_out, []
         for message in held_out:
-            self._send(message)
+            self.send(message)
         for message in held_in:
-            self._arrive(message, None)
+            self._arrive(message)
 
     def slow(self, proc: str, seconds: float) -> Heal:
         """Every message to or from ``proc`` takes ``seconds`` longer."""
@@ -340,7 +378,7 @@ class SimNetwork:
         return heal
 
     def _link(self, src_host: str, dst_host: str) -> _Link:
-        return self._links.setdefault((src_host, dst_host), _Link())
+        return self.hosts[src_host].links.setdefault(dst_host, _Link())
 
     def hold(self, src_host: str, dst_host: str) -> Heal:
         """Traffic from ``src_host`` to ``dst_host`` waits until healed (a clog or partition)."""
@@ -356,8 +394,8 @@ class SimNetwork:
 
             def cut_off(_: object) -> None:
                 if link.held and link.holds == episode and self.on_silent is not None:
-                    for proc, endpoint in list(self.endpoints.items()):
-                        if endpoint.host == far and endpoint.state in LIVE:
+                    for proc, endpoint in list(self.endpoints_on(far).items()):
+                        if endpoint.state in LIVE:
                             self.on_silent(proc)
 
             self.env.timeout(self.model.heartbeat_timeout).callbacks.append(cut_off)
@@ -370,7 +408,7 @@ class SimNetwork:
         link.held = False
         waiting, link.waiting = link.waiting, []
         for message in waiting:
-            self._schedule(message)
+            self._schedule(message, self.endpoints[message.src], self.endpoints[message.dst])
 
     def watch(self, watcher: str, proc: str) -> None:
         loss = self._losses.get(proc)
@@ -386,61 +424,65 @@ class SimNetwork:
         event = self.env.timeout(self.model.detect_crash)
         event.callbacks.append(lambda _: self.loop.call_soon(endpoint.on_loss, loss))
 
-    def transmit(self, src: str, dst: str, frames: Sequence[Buffer]) -> None:
-        copied = copy_frames(frames)
-        self._send(_Message(src, dst, copied, sum(len(f) for f in copied)))
+    def send(self, message: _Message) -> None:
+        self.dispatch(self.endpoints[message.src], message)
 
-    def _send(self, message: _Message) -> None:
-        sender = self.endpoints[message.src]
+    def dispatch(self, sender: SimTransport, message: _Message) -> None:
+        """Put ``message`` from ``sender`` on its way, or hold it until both ends can take it."""
         if sender.state is ProcState.PAUSED:
             sender.held_out.append(message)
             return
         if sender.state is ProcState.DOWN:
             return
-        endpoint = self.endpoints.get(message.dst)
-        if endpoint is None or endpoint.state is ProcState.BOOTING:
+        receiver = self.endpoints.get(message.dst)
+        if receiver is None or receiver.state is ProcState.BOOTING:
             self._waiting.setdefault(message.dst, []).append(message)
-        elif endpoint.state is ProcState.DOWN:
+        elif receiver.state is ProcState.DOWN:
             self.watch(message.src, message.dst)
         else:
-            self._schedule(message)
+            self._schedule(message, sender, receiver)
 
-    def _schedule(self, message: _Message) -> None:
+    def _schedule(self, message: _Message, sender: SimTransport, receiver: SimTransport) -> None:
         model = self.model
-        now = self.env.now
+        env = self.env
+        now = env._now
         size = message.size
-        sender, receiver = self.endpoints[message.src], self.endpoints[message.dst]
-        src_host, dst_host = self.hosts[sender.host], self.hosts[receiver.host]
+        src_host, dst_host = sender.nic, receiver.nic
         if src_host is dst_host:
             done = src_host.bus.serve(now, model.per_message + size / model.local_bandwidth)
             arrival = done + model.local_latency
         else:
-            link = self._links.get((src_host.name, dst_host.name))
+            links = src_host.links
+            link = links.get(dst_host.name) if links else None
             if link is not None and link.held:
                 link.waiting.append(message)
                 return
             bandwidth = model.bandwidth * src_host.bandwidth_factor
             done = src_host.tx.serve(now, model.per_message + size / bandwidth)
             delay = model.latency
-            if model.jitter > 0:
-                delay += self.rng.expovariate(1.0 / model.jitter)
+            if self._jitter_rate:
+                delay += self.rng.expovariate(self._jitter_rate)
             if link is not None:
                 delay += link.extra_latency
                 if link.jitter > 0:
                     delay += self.rng.expovariate(1.0 / link.jitter)
             bandwidth = model.bandwidth * dst_host.bandwidth_factor
             arrival = dst_host.rx.serve(done + delay, size / bandwidth)
-        arrival += sender.slowness + receiver.slowness
+        slowness = sender.slowness + receiver.slowness
+        if slowness:
+            arrival += slowness
         if self.extra_delay is not None:
             arrival += self.extra_delay()
-        pair = (message.src, message.dst)
-        last = self._last_arrival.get(pair, 0.0)
+        last_arrival = sender.last_arrival
+        last = last_arrival.get(message.dst, 0.0)
         if arrival < last:
             arrival = last
-        self._last_arrival[pair] = arrival
-        self.env.timeout(arrival - now).callbacks.append(partial(self._arrive, message))
+        last_arrival[message.dst] = arrival
+        # What env.timeout(arrival - now) would schedule, with the message as the event.
+        message.callbacks = self._arrival
+        heappush(env._queue, (now + (arrival - now), NORMAL, next(env._eid), message))
 
-    def _arrive(self, message: _Message, _event: object) -> None:
+    def _arrive(self, message: _Message) -> None:
         # Runs inside the loop's select (see loop.py), on the loop thread: the
         # receive callback only routes the message and schedules whatever must run.
         endpoint = self.endpoints[message.dst]
@@ -477,7 +519,7 @@ class SimNetwork:
         self._memory_ops.setdefault(owner, []).append(op)
         data = bytes(view) if write else b""
         request = REQUEST_BYTES + len(data)
-        self._send(
+        self.send(
             _Message(requester, owner, None, request, partial(self._serve, requester, op, data))
         )
         return future
@@ -493,7 +535,7 @@ class SimNetwork:
             answer, size = None, REQUEST_BYTES
         else:
             answer, size = bytes(memory[op.offset : end]), op.view.nbytes
-        self._send(
+        self.send(
             _Message(op.handle.owner, requester, None, size, partial(self._complete, op, answer))
         )
 

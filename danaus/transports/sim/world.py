@@ -31,6 +31,7 @@ from danaus.core.trace import Trace
 from danaus.core.transport import ROOT, ActorRunner, Launcher, ProcSpec, World
 from danaus.core.waits import describe_waits
 from danaus.transports.sim import outside_waits
+from danaus.transports.sim.collector import CollectorTuning
 from danaus.transports.sim.loop import Handle, VirtualTimeLoop
 from danaus.transports.sim.network import LIVE, NetworkModel, SimNetwork
 from danaus.transports.sim.schedule import Exploration, owner_of, seed_from_environment
@@ -132,10 +133,11 @@ class SimWorld(World):
     """Hosts ``h0``..``h{n-1}``, each with a host agent proc; the controller is ``root`` on ``h0``.
 
     While the world runs, the global `random` module is seeded with ``seed``, so
-    user code that draws from it replays exactly; its previous state comes back
-    at shutdown. Waits outside Danaus on its thread run it on virtual time
-    (`outside_waits`). ``schedule_seed`` (by default ``DANAUS_SCHEDULE_SEED``,
-    else 0) picks the interleaving explored (`schedule`); 0 perturbs nothing.
+    user code that draws from it replays exactly, and the garbage collector
+    runs less often (`collector`); both are as they were again after shutdown.
+    Waits outside Danaus on its thread run it on virtual time (`outside_waits`).
+    ``schedule_seed`` (by default ``DANAUS_SCHEDULE_SEED``, else 0) picks the
+    interleaving explored (`schedule`); 0 perturbs nothing.
     When ``DANAUS_TRACE_DIR`` is set, the world writes its trace there at shutdown.
     """
 
@@ -167,6 +169,7 @@ class SimWorld(World):
         self.rng = random.Random(seed)
         self._global_random = random.getstate()
         random.seed(seed)
+        self._collector = CollectorTuning()
         self.network = SimNetwork(
             self.env,
             self.loop,
@@ -204,6 +207,9 @@ class SimWorld(World):
 
     def local_runtimes(self) -> list[Runtime]:
         return list(self.procs.values())
+
+    def is_local(self, proc: str) -> bool:
+        return proc in self.procs
 
     def hosts(self) -> Sequence[str]:
         return self._hosts
@@ -276,11 +282,8 @@ class SimWorld(World):
     def worker_procs(self, host: str) -> list[str]:
         return sorted(
             proc
-            for proc, endpoint in self.network.endpoints.items()
-            if endpoint.host == host
-            and endpoint.state in LIVE
-            and proc != ROOT
-            and proc not in self._hosts_set
+            for proc, endpoint in self.network.endpoints_on(host).items()
+            if endpoint.state in LIVE and proc != ROOT and proc not in self._hosts_set
         )
 
     def _silent(self, proc: str) -> None:
@@ -353,6 +356,7 @@ class SimWorld(World):
         finally:
             self.loop.before_close = None
             random.setstate(self._global_random)
+            self._collector.restore()
             outside_waits.detach(self)
         self._write_trace()
         if close_loop:
