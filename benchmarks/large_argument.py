@@ -50,13 +50,17 @@ class Silence:
         self._thread.join()
 
     def _sample(self) -> None:
+        """Every 10 ms, and once more at the end, however short the transfer."""
         directory = installed().directory
-        while not self._done.wait(0.01):
+        while True:
             now = time.monotonic()
             for proc in self._procs:
                 heard = directory.last_heard(proc)
                 if heard is not None:
                     self.longest = max(self.longest, now - heard)
+            if self._done.is_set():
+                return
+            self._done.wait(0.01)
 
 
 def main() -> None:
