@@ -14,8 +14,9 @@ message sent after a large one may arrive first. So each message carries its
 number in the sequence from its sender to its receiver, as a last frame of 8
 bytes, and the receiver hands messages on strictly in that order, holding any
 that arrive early. Both planes only carry messages from peers that proved they
-hold the job's key, and each message is delivered on the runtime loop's thread,
-through its queue, so that the order given here is the order the runtime sees.
+hold the job's key, and each message is handed on from one queue, on the runtime
+loop's thread, so that the order given here is the order the runtime sees: at
+once when it arrived there (the stream plane's), else at the loop's next turn.
 
 A proc's data address names both planes: ``<stream address> <UCX address>``.
 """
@@ -26,6 +27,7 @@ import asyncio
 import logging
 import struct
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -73,6 +75,10 @@ class SplitPlane:
         """The number of the next message to hand on, from each sender."""
         self._early: dict[str, dict[int, list[Any]]] = {}
         """Messages that arrived before one sent earlier, by sender and number."""
+        self._ready: deque[tuple[str, list[Any]]] = deque()
+        """Messages in order, not yet handed to the runtime: one queue for both planes."""
+        self._draining = False
+        """The loop's thread has been asked to hand on `_ready`."""
 
     def arrived(self, src: str, frames: list[Any]) -> None:
         """A message from either plane (on its thread): hand it on in its sender's order."""
@@ -100,8 +106,26 @@ class SplitPlane:
                 ready.append(early.pop(expected)[:-1])
                 expected += 1
             self._expected[src] = expected
-            for message in ready:
-                self._loop.call_soon_threadsafe(self._receive, src, message)
+            self._ready.extend((src, message) for message in ready)
+            if asyncio._get_running_loop() is self._loop:
+                deliver_now = True
+            else:
+                deliver_now = False
+                if not self._draining:
+                    self._draining = True
+                    self._loop.call_soon_threadsafe(self._drain)
+        if deliver_now:
+            self._drain()
+
+    def _drain(self) -> None:
+        """Hand the runtime every message put in order so far (on the loop's thread)."""
+        while True:
+            with self._receiving:
+                self._draining = False
+                if not self._ready:
+                    return
+                src, message = self._ready.popleft()
+            self._receive(src, message)
 
     # ---- the plane's contract -----------------------------------------------------------
 
