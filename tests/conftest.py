@@ -13,6 +13,25 @@ from danaus.core import config
 from danaus.core.supervision import default_unhandled_fault_hook
 from tests.cluster import CLUSTER_SIZE, Cluster, cluster, unavailable
 
+SHARED_RESOURCES = {"namespace_cluster": "cluster", "slurm_cluster": "slurm"}
+"""Session-wide resources, by fixture, and the group of tests that share one (pytest-xdist)."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that share a session's cluster run in one xdist worker (``--dist loadgroup``).
+
+    A worker that runs none of them never makes the cluster; the suite's other
+    tests spread over the workers as they free up.
+    """
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if item.get_closest_marker("multihost") is not None:
+            fixtures.add("namespace_cluster")
+        for fixture, group in SHARED_RESOURCES.items():
+            if fixture in fixtures:
+                item.add_marker(pytest.mark.xdist_group(group))
+
+
 # No test may depend on the machine's speed: hypothesis's 200 ms deadline per
 # example does, on a loaded machine.
 settings.register_profile("danaus", deadline=None)

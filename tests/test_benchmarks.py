@@ -143,6 +143,7 @@ def test_multihost_small() -> None:
         assert row[key] > 0, row
 
 
+@pytest.mark.xdist_group("slurm")  # its SLURM cluster and the session's share ports
 def test_slurm_small() -> None:
     """A three-node SLURM cluster on this host, one mesh-up run (or a line saying why not)."""
     rows = run_benchmark("slurm.py", "--runs", "1")
