@@ -9,11 +9,12 @@ cast to at most F procs goes straight to each, as any call does.
 
 Custody: a proc that passes a call on keeps its frames until the proc it sent
 them to acknowledges (`Ack`) that every proc of its part of the tree has them;
-acknowledgements climb the tree, batched per turn of the event loop. If that
-proc is lost first, the sender passes its part on itself (it adopts the lost
-proc's part of the tree). A proc may then get a call twice, and calls from one
-proc to another may arrive out of order when they took different paths:
-`danaus.core.ordering` drops the second copy and puts them back in order.
+acknowledgements climb the tree, each covering what a few milliseconds
+brought. If that proc is lost first, the sender passes its part on itself (it
+adopts the lost proc's part of the tree). A proc may then get a call twice,
+and calls from one proc to another may arrive out of order when they took
+different paths: `danaus.core.ordering` drops the second copy and puts them
+back in order.
 
 Every transport kills a proc it declares lost, so a proc that is reported
 lost is gone for good, and each part of a tree moves at most once per lost
@@ -25,7 +26,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-from collections.abc import Container, Sequence
+from collections.abc import Sequence, Set
 from typing import TYPE_CHECKING
 
 from msgspec.structs import replace
@@ -43,6 +44,9 @@ SUBTREE_BYTES = 16 * 1024
 """About how many bytes of proc names one forwarded cast may carry (a quarter of a header)."""
 ENTRY_BYTES = 16
 """What naming one proc costs a cast's header beyond the proc id: its point and number."""
+ACK_DELAY = 0.005
+"""Seconds (of the world's clock) a proc gathers hops before it acknowledges them, so that
+one message acknowledges the hops of many casts; a sender keeps a call that much longer."""
 ACK_PAYLOAD: tuple[Buffer, ...] = (b"\0",)
 """Every message carries a payload frame; an acknowledgement's says nothing."""
 
@@ -78,11 +82,11 @@ class Targets:
     def part(self, start: int, stop: int) -> Targets:
         return Targets(self.procs[start:stop], self.points[start:stop], self.seqs[start:stop])
 
-    def without(self, gone: Container[str]) -> Targets:
+    def without(self, gone: Set[str]) -> Targets:
         """These targets but those whose proc is in ``gone``."""
-        keep = [i for i, proc in enumerate(self.procs) if proc not in gone]
-        if len(keep) == len(self.procs):
+        if gone.isdisjoint(self.procs):
             return self
+        keep = [i for i, proc in enumerate(self.procs) if proc not in gone]
         procs, points, seqs = self.procs, self.points, self.seqs
         return Targets([procs[i] for i in keep], [points[i] for i in keep], [seqs[i] for i in keep])
 
@@ -142,7 +146,7 @@ class Relays:
         self._by_child: dict[str, dict[int, None]] = {}
         """The hops not yet acknowledged, by the proc they went to."""
         self._acks_due: dict[str, list[int]] = {}
-        """Hops to acknowledge at the end of the loop's turn, by the proc they came from."""
+        """Hops to acknowledge once ``ACK_DELAY`` has passed, by the proc they came from."""
 
     def cast(self, call: Call, payload: list[Buffer], fanout: int, targets: Targets) -> None:
         """Send ``call`` to ``targets`` along a tree (each with its own point and number)."""
@@ -225,7 +229,7 @@ class Relays:
         pass on to the rest. The origin sends a run of one proc a plain call: there is no
         one else that proc's loss could keep the call from."""
         runtime = self._runtime
-        targets = targets.without(runtime.lost_procs)
+        targets = targets.without(runtime.lost_procs.keys())
         if not targets:
             return
         tracing = runtime.trace.enabled
@@ -265,12 +269,12 @@ class Relays:
             self._send(relay, part)
 
     def _acknowledge(self, parent: tuple[str, int]) -> None:
-        """Acknowledge hop ``parent[1]`` to proc ``parent[0]`` at the end of this turn."""
+        """Acknowledge hop ``parent[1]`` to proc ``parent[0]``, with others due by then."""
         proc, hop = parent
         if self._runtime.is_lost(proc):
             return
         if not self._acks_due:
-            self._runtime.loop.call_soon(self._flush)
+            self._runtime.loop.call_later(ACK_DELAY, self._flush)
         self._acks_due.setdefault(proc, []).append(hop)
 
     def _flush(self) -> None:

@@ -101,8 +101,8 @@ class Cast(msgspec.Struct, tag="cast", array_like=True):
             raise FrameError(f"cast: fan-out {self.fanout} outside 2..{MAX_FANOUT}")
         if not len(self.procs) == len(self.points) == len(self.seqs):
             raise FrameError("cast: procs, points and numbers disagree")
-        count = math.prod(self.call.sizes)
-        if any(not 0 <= point < count for point in self.points):
+        points = self.points
+        if points and (min(points) < 0 or max(points) >= math.prod(self.call.sizes)):
             raise FrameError("cast: point out of range")
 
 
