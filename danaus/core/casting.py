@@ -7,18 +7,26 @@ splits the same way, and so on down. Every proc on the way hands the call to
 its own actor too, and every answer goes straight to the caller's port. A
 cast to at most F procs goes straight to each, as any call does.
 
-Custody: a proc that passes a call on keeps its frames until the proc it sent
-them to acknowledges (`Ack`) that every proc of its part of the tree has them;
-acknowledgements climb the tree, each covering what a few milliseconds
-brought. If that proc is lost first, the sender passes its part on itself (it
-adopts the lost proc's part of the tree). A proc may then get a call twice,
-and calls from one proc to another may arrive out of order when they took
-different paths: `danaus.core.ordering` drops the second copy and puts them
-back in order.
+Nobody may miss a call because a proc on its way was lost, so someone keeps
+each call until it has reached every proc it was for:
 
-Every transport kills a proc it declares lost, so a proc that is reported
-lost is gone for good, and each part of a tree moves at most once per lost
-proc; every hop names fewer procs than the one before, so forwarding ends.
+* A call whose answers the caller gathers (``call``, ``stream``,
+  ``Accumulator``) is kept by the caller until every answer is in: an answer
+  says its proc has the call. The procs that pass it on keep nothing. When a
+  proc of the tree is lost, the caller sends the call again to the procs of
+  the lost proc's part of the tree that have not answered (`Answered`).
+* Any other cast (``broadcast``, or answers to a port of one's own) is kept
+  hop by hop: a proc that passes it on keeps it until the proc it sent it to
+  acknowledges (`Ack`) that every proc of its part has it; acknowledgements
+  climb the tree, each covering what a few milliseconds brought. If that proc
+  is lost first, the sender passes its part on itself (`Relays.lost`).
+
+Either way a proc may get a call twice, and calls from one proc to another
+may arrive out of order when they took different paths: `danaus.core.ordering`
+drops the second copy and puts them back in order. Every transport kills a
+proc it declares lost, so a proc reported lost is gone for good and each part
+of a tree is sent again at most once per lost proc; every hop names fewer
+procs than the one before, so forwarding ends.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from danaus.core.serialize import Buffer
 from danaus.core.wire import MAX_ACKS, MAX_FANOUT, Ack, Call, Cast, encode
 
 if TYPE_CHECKING:
+    from danaus.core.ports import ReplyHandler
     from danaus.core.runtime import Runtime
 
 DEFAULT_FANOUT = 8
@@ -95,6 +104,8 @@ def split(targets: Targets, fanout: int) -> list[tuple[int, int]]:
     """Runs ``(start, stop)`` of ``targets``: ``fanout`` of nearly equal length (fewer if there
     are fewer targets, more if a run would name more procs than a header can carry)."""
     count = len(targets)
+    if not count:
+        return []
     size = sum(map(len, targets.procs)) + ENTRY_BYTES * count
     runs = min(count, max(fanout, -(-size // SUBTREE_BYTES)))
     base, longer = divmod(count, runs)
@@ -107,8 +118,44 @@ def split(targets: Targets, fanout: int) -> list[tuple[int, int]]:
     return bounds
 
 
+def part_of(targets: Targets, fanout: int, proc: str) -> Targets | None:
+    """The procs ``proc`` passes a call on to in the tree of ``targets`` (None: not in it).
+
+    Every proc splits what it is given as `split` does, so the tree follows
+    from ``targets`` and ``fanout`` alone.
+    """
+    while targets:
+        for start, stop in split(targets, fanout):
+            if targets.procs[start] == proc:
+                return targets.part(start + 1, stop)
+            if proc in targets.procs[start + 1 : stop]:
+                targets = targets.part(start + 1, stop)
+                break
+        else:
+            return None
+    return None
+
+
+class Answered:
+    """A cast its caller keeps until every answer is in (held by the handler of its answers).
+
+    ``trees`` are the targets it was sent along, first as cast, then each part
+    sent again after a loss: where a lost proc sat in each is what it kept
+    from the procs below it. ``pending`` are the points yet to answer.
+    """
+
+    __slots__ = ("call", "fanout", "payload", "pending", "trees")
+
+    def __init__(self, call: Call, payload: list[Buffer], fanout: int, first: Targets) -> None:
+        self.call = call
+        self.payload = payload
+        self.fanout = fanout
+        self.trees = [first]
+        self.pending = set(first.points)
+
+
 class _Relay:
-    """A call this proc sends or passes on along a tree, kept until every part has it."""
+    """A call this proc sends or passes on hop by hop, kept until every part has it."""
 
     __slots__ = ("call", "fanout", "origin", "parent", "payload", "waiting")
 
@@ -131,7 +178,7 @@ class _Relay:
 
 
 class Relays:
-    """The calls a proc sends along trees or passes on, kept until acknowledged.
+    """The calls a proc sends along trees or passes on, and those it keeps.
 
     `cast` may be called from any thread; the rest runs on the runtime's loop
     thread. A lock guards what both touch: the hops awaiting acknowledgement.
@@ -148,18 +195,109 @@ class Relays:
         self._acks_due: dict[str, list[int]] = {}
         """Hops to acknowledge once ``ACK_DELAY`` has passed, by the proc they came from."""
 
-    def cast(self, call: Call, payload: list[Buffer], fanout: int, targets: Targets) -> None:
-        """Send ``call`` to ``targets`` along a tree (each with its own point and number)."""
-        self._run(_Relay(call, payload, self._runtime.proc_id, fanout, None), targets)
+    def cast(
+        self,
+        call: Call,
+        payload: list[Buffer],
+        fanout: int,
+        targets: Targets,
+        answers: ReplyHandler | None,
+    ) -> None:
+        """Send ``call`` to ``targets`` along a tree (each with its own point and number).
+
+        ``answers``: the handler gathering the call's answers here, which then
+        keeps the call (`Answered`); None: the call is kept hop by hop.
+        """
+        runtime = self._runtime
+        if answers is None:
+            self._run(_Relay(call, payload, runtime.proc_id, fanout, None), targets)
+            return
+        targets = targets.without(runtime.lost_procs.keys())
+        answers.cast = Answered(call, payload, fanout, targets)
+        self._pass_on(call, payload, runtime.proc_id, fanout, targets, first=True)
+        if not runtime.lost_procs.keys().isdisjoint(targets.procs):
+            runtime.on_loop(self._lost_meanwhile, answers)  # lost since it was left out
 
     def forward(self, src: str, cast: Cast, payload: list[Buffer]) -> None:
         """Pass ``cast``, which came from proc ``src``, on to its part of the tree."""
+        targets = Targets(cast.procs, cast.points, cast.seqs)
+        if not cast.ack:
+            self._pass_on(cast.call, payload, cast.origin, cast.fanout, targets, first=False)
+            return
         parent = (src, cast.hop)
         if not cast.procs:
             self._acknowledge(parent)
             return
-        relay = _Relay(cast.call, payload, cast.origin, cast.fanout, parent)
-        self._run(relay, Targets(cast.procs, cast.points, cast.seqs))
+        self._run(_Relay(cast.call, payload, cast.origin, cast.fanout, parent), targets)
+
+    def resend(self, answered: Answered, lost: str) -> None:
+        """``lost`` is gone: send ``answered`` again to the procs below it in its trees that
+        have yet to answer."""
+        runtime = self._runtime
+        gone = runtime.lost_procs.keys()
+        pending = answered.pending
+        for tree in list(answered.trees):
+            part = part_of(tree, answered.fanout, lost)
+            if not part:
+                continue
+            keep = [i for i, point in enumerate(part.points) if point in pending]
+            again = Targets(
+                [part.procs[i] for i in keep],
+                [part.points[i] for i in keep],
+                [part.seqs[i] for i in keep],
+            ).without(gone)
+            if not again:
+                continue
+            answered.trees.append(again)
+            runtime.trace.record(ev.Adopted(proc=runtime.proc_id, lost=lost, hops=1))
+            call, payload = answered.call, answered.payload
+            self._pass_on(call, payload, runtime.proc_id, answered.fanout, again, first=True)
+
+    def _lost_meanwhile(self, answers: ReplyHandler) -> None:
+        """Procs of a cast's tree were lost while it was sent: send their parts again."""
+        answered = answers.cast
+        if answered is None:
+            return
+        for proc in [p for p in answered.trees[0].procs if self._runtime.is_lost(p)]:
+            self.resend(answered, proc)
+
+    def _pass_on(
+        self,
+        call: Call,
+        payload: list[Buffer],
+        origin: str,
+        fanout: int,
+        targets: Targets,
+        first: bool,
+    ) -> None:
+        """Send a call its caller keeps to ``targets``, keeping nothing here: each run's first
+        proc gets a `Cast` naming the rest of its run. ``first``: this proc is the caller,
+        which sends a run of one proc a plain call (a send, not a forward, in the trace)."""
+        runtime = self._runtime
+        tracing = runtime.trace.enabled
+        for start, stop in split(targets, fanout):
+            child = targets.procs[start]
+            head = replace(call, point=targets.points[start], seq=targets.seqs[start])
+            direct = first and stop - start == 1
+            if direct:
+                envelope: Call | Cast = head
+            else:
+                part = targets.part(start + 1, stop)
+                envelope = Cast(
+                    head, origin, 0, fanout, part.procs, part.points, part.seqs, ack=False
+                )
+            if tracing and not direct:
+                runtime.trace.record(
+                    ev.Forwarded(
+                        proc=runtime.proc_id,
+                        src=head.sender,
+                        seq=head.seq,
+                        to=child,
+                        hop=None,
+                        procs=stop - start,
+                    )
+                )
+            runtime.transport.send(child, encode(envelope, payload))
 
     def rejected(self, src: str, hop: int) -> None:
         """A cast that came from ``src`` as ``hop`` was unreadable: nothing will come of it, so
@@ -225,9 +363,9 @@ class Relays:
             self._acknowledge(relay.parent)
 
     def _send(self, relay: _Relay, targets: Targets) -> None:
-        """Send ``relay``'s call to ``targets``: one message per run, for its first proc to
-        pass on to the rest. The origin sends a run of one proc a plain call: there is no
-        one else that proc's loss could keep the call from."""
+        """Send ``relay``'s call to ``targets`` hop by hop: one message per run, for its first
+        proc to pass on to the rest. The origin sends a run of one proc a plain call: there is
+        no one else that proc's loss could keep the call from."""
         runtime = self._runtime
         targets = targets.without(runtime.lost_procs.keys())
         if not targets:

@@ -154,12 +154,14 @@ class Runtime:
         payload: list[Buffer],
         reply: PortRef | None,
         plain: int = 0,
+        answers: ReplyHandler | None = None,
     ) -> None:
         """Send one call to ``actor`` on each target proc (a cast when there are several).
 
         A cast to more procs than the world's ``cast_fanout`` travels along a
         tree (`danaus.core.casting`). ``plain`` says how a method called through
-        ``as_endpoint`` answers (see `Call`).
+        ``as_endpoint`` answers (see `Call`). ``answers`` is the handler, opened
+        here for this call, that gathers its answers (at ``reply``).
         """
         labels, sizes = shape.labels, shape.ndslice.sizes
         size = nbytes(payload)
@@ -191,7 +193,7 @@ class Runtime:
         if len(targets) > fanout:
             call = Call(actor, method, reply, 0, labels, sizes, sender.actor_id, 0, carried, plain)
             procs, points = zip(*targets)
-            self.relays.cast(call, payload, fanout, Targets(procs, points, seqs))
+            self.relays.cast(call, payload, fanout, Targets(procs, points, seqs), answers)
             return
         for (proc, point), seq in zip(targets, seqs):
             envelope = Call(
@@ -505,6 +507,8 @@ class Runtime:
         """Every reply still expected from ``loss.proc`` becomes a `SupervisionError`."""
         error = SupervisionError(loss.describe(), failure=loss)
         for handler in list(self._ports.values()):
+            if isinstance(handler, ReplyHandler) and handler.cast is not None:
+                self.relays.resend(handler.cast, loss.proc)
             handler.lost(loss.proc, error)
 
     # ---- shutdown ------------------------------------------------------------------

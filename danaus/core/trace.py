@@ -155,17 +155,19 @@ def message_key(event: Sent | Received) -> tuple[bool, str, int, str]:
 
 class Forwarded(Event, tag="forward-call"):
     """``proc`` passed call (``src``, ``seq``) on to ``to``, for ``procs`` procs (``to``'s part
-    of the tree, ``to`` included); ``hop`` names it until ``to`` acknowledges it."""
+    of the tree, ``to`` included); ``hop`` names it until ``to`` acknowledges it (None: its
+    caller keeps it until every answer is in, and nobody acknowledges it)."""
 
     src: str
     seq: int
     to: str
-    hop: int
+    hop: int | None
     procs: int
 
 
 class Adopted(Event, tag="adopt"):
-    """``proc`` lost ``lost`` before it acknowledged ``hops`` hops: it sends them on itself."""
+    """``proc`` lost ``lost`` before it passed ``hops`` calls on (before it acknowledged them,
+    or before the procs below it answered): it sends them to those procs itself."""
 
     lost: str
     hops: int

@@ -81,9 +81,11 @@ class Cast(msgspec.Struct, tag="cast", array_like=True):
 
     The receiving proc delivers ``call`` to its actor and passes it on to the
     procs ``procs`` (each at its point in ``points``, numbered ``seqs`` from
-    ``origin``), split among at most ``fanout`` of them. ``hop`` names this
-    message on its way from the proc that sent it, which keeps the call until
-    an `Ack` of ``hop`` says every proc of this part of the tree has it.
+    ``origin``), split among at most ``fanout`` of them. With ``ack``, ``hop``
+    names this message on its way from the proc that sent it, which keeps the
+    call until an `Ack` of ``hop`` says every proc of this part of the tree
+    has it; without, the caller keeps the call until every answer is in, and
+    nobody acknowledges it.
     """
 
     call: Call
@@ -94,6 +96,7 @@ class Cast(msgspec.Struct, tag="cast", array_like=True):
     procs: Annotated[tuple[ProcId, ...], msgspec.Meta(max_length=MAX_SUBTREE)]
     points: Annotated[tuple[int, ...], msgspec.Meta(max_length=MAX_SUBTREE)]
     seqs: Annotated[tuple[Count, ...], msgspec.Meta(max_length=MAX_SUBTREE)]
+    ack: bool = True
 
     def validate(self) -> None:
         self.call.validate()
@@ -230,7 +233,9 @@ def rejected(frames: Sequence[Buffer], sender: str) -> Rejected | None:
     if raw[0] == "call":
         call, origin, hop, subtree = raw, sender, None, []
     elif raw[0] == "cast" and len(raw) >= 7 and isinstance(raw[2], str) and raw[2]:
-        call, origin, hop, subtree = raw[1], raw[2], _count(raw[3]), raw[6]
+        acknowledged = len(raw) < 8 or raw[7] is not False
+        call, origin, subtree = raw[1], raw[2], raw[6]
+        hop = _count(raw[3]) if acknowledged else None
     else:
         return None
     if not (isinstance(call, list) and len(call) >= 9 and call[0] == "call"):

@@ -250,6 +250,31 @@ def test_a_paused_forwarding_proc_is_passed_by_once_declared_lost(run):
     assert all(in_order_once(log, "root") == [0] for log in logs)
 
 
+@pytest.mark.parametrize(
+    "fault, forwarder",
+    [(pause, FIRST_FORWARDER), (crash, SECOND_FORWARDER)],
+    ids=["pause", "crash"],
+)
+def test_a_broadcast_reaches_every_live_member_when_a_forwarding_proc_is_lost(
+    run, fault, forwarder
+):
+    def main():
+        failures = record_root_failures()
+        members = spawn_members()
+        if fault is pause:
+            pause(members.slice(m=forwarder))
+        members.note.broadcast("root", 0)
+        if fault is crash:
+            crash(members.slice(m=forwarder))
+        failure = failures.recv().get(timeout=TIMEOUT)
+        return failure.rank.rank, logs_but(members, forwarder)
+
+    failed, logs = run(main, cast_fanout=FANOUT)
+    assert failed == forwarder
+    assert len(logs) == MEMBERS - 1
+    assert all(in_order_once(log, "root") == [0] for log in logs)
+
+
 def test_a_forwarding_proc_whose_actor_is_gone_still_forwards(run):
     def main():
         returned, receiver = Channel.open()
