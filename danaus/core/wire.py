@@ -248,7 +248,7 @@ def rejected(frames: Sequence[Buffer], sender: str) -> Rejected | None:
     points = [point] if _count(point) is not None else []
     if isinstance(subtree, list):
         points += [p for p in subtree[:MAX_SUBTREE] if _count(p) is not None]
-    return Rejected(origin, _count(call[8]), reply, tuple(points), hop)
+    return Rejected(origin, _count(call[8]), reply, tuple(dict.fromkeys(points)), hop)
 
 
 def _count(value: object) -> int | None:

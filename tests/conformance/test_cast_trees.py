@@ -25,6 +25,7 @@ from danaus import (
     MeshStoppedError,
     Port,
     PortReceiver,
+    SerializationError,
     SupervisionError,
     UndeliverableMessageEnvelope,
     context,
@@ -34,6 +35,8 @@ from danaus import (
 )
 from danaus.chaos import crash, pause
 from danaus.core import config
+from danaus.core.serialize import dumps
+from danaus.core.wire import MAX_SUBTREE, Call, Cast, encode
 
 FANOUT = 2
 MEMBERS = 9
@@ -295,3 +298,35 @@ def test_a_forwarding_proc_whose_actor_is_gone_still_forwards(run):
     assert len(logs) == MEMBERS - 1
     assert all(in_order_once(log, "root") == [0] for log in logs)
     assert all(in_order_once(log, "caster") == [1] for log in logs)
+
+
+@pytest.mark.parametrize("flaw", ["point out of range", "too many procs"])
+def test_a_malformed_cast_is_refused_and_its_caller_told_for_every_rank(run, flaw):
+    """A proc refuses a cast whose list of procs to pass it on to is malformed, answers
+    its caller for itself and for each proc on the list it can read, and serves on."""
+
+    def main():
+        members = spawn_members()
+        port, answers = Channel.open()
+        runtime = context().actor_instance._runtime
+        procs = [proc for proc, _ in members._targets()]
+        call = Call(members._mesh_id, "note", port._ref, 0, ("m",), (MEMBERS,), "root/client", 0)
+        if flaw == "point out of range":
+            rest = (procs[1], procs[2]), (1, MEMBERS), (0, 0)
+        else:
+            count = MAX_SUBTREE + 1
+            rest = (procs[1],) * count, (1,) * count, (0,) * count
+        bad = Cast(call, runtime.proc_id, 10**9, FANOUT, *rest)
+        runtime.transport.send(procs[0], encode(bad, dumps((("root", -1), {}))))
+        told = []
+        for _ in dict.fromkeys((0, *rest[1])):  # each rank it was for, once
+            with pytest.raises(SerializationError) as refused:
+                answers.recv().get(timeout=TIMEOUT)
+            told.append(str(refused.value))
+        values = list(members.note.call("root", 0).get(timeout=TIMEOUT).values())
+        return told, values, list(members.slice(m=0).notes.call_one().get(timeout=TIMEOUT))
+
+    told, values, log = run(main, cast_fanout=FANOUT)
+    assert all("rejected the call" in why for why in told)
+    assert values == list(range(MEMBERS))
+    assert log == [("root", 0)]
