@@ -1,8 +1,8 @@
-"""Casts along deep trees: with a fan-out of 2, a cast to 9 procs passes through forwarding procs.
+"""Casts along deep trees: with a fan-out of 2, a cast to 7 procs passes through forwarding procs.
 
-The tree of a cast to members 0..8 with ``cast_fanout=2`` (`danaus.core.casting`):
-the caller sends to members 0 and 5; member 0 passes the call on to 1 and 3,
-member 1 to 2, member 3 to 4, and member 5 to 6 and 8, member 6 to 7. Each
+The tree of a cast to members 0..6 with ``cast_fanout=2`` (`danaus.core.casting`):
+the caller sends to members 0 and 4; member 0 passes the call on to 1 and 3,
+member 1 to 2, and member 4 to 5 and 6. Each
 test runs its program with that fan-out and checks what a cast must do
 whichever path its messages take: reach every live member once, in order
 with the sender's other calls, answer straight to the caller, survive the
@@ -39,9 +39,9 @@ from danaus.core.serialize import dumps
 from danaus.core.wire import MAX_SUBTREE, Call, Cast, encode
 
 FANOUT = 2
-MEMBERS = 9
+MEMBERS = 7
 FIRST_FORWARDER = 0
-"""Gets the call from the caller and passes it on to members 1 to 4."""
+"""Gets the call from the caller and passes it on to members 1 to 3."""
 SECOND_FORWARDER = 1
 """Gets the call from member 0 and passes it on to member 2."""
 TIMEOUT = 60
