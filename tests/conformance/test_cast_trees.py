@@ -248,8 +248,10 @@ def test_a_paused_forwarding_proc_is_passed_by_once_declared_lost(run):
         return answered, errors, failure.rank.rank, logs_but(members, FIRST_FORWARDER)
 
     answered, errors, failed, logs = run(main, cast_fanout=FANOUT)
-    assert answered == list(range(1, MEMBERS)) and failed == FIRST_FORWARDER
-    assert len(errors) == 1 and isinstance(errors[0], SupervisionError)
+    # On a cluster the pause travels to the far host, and the call may get there first.
+    assert set(range(1, MEMBERS)) <= set(answered) and failed == FIRST_FORWARDER
+    assert len(answered) + len(errors) == MEMBERS
+    assert all(isinstance(error, SupervisionError) for error in errors)
     assert all(in_order_once(log, "root") == [0] for log in logs)
 
 
