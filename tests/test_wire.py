@@ -27,6 +27,7 @@ from danaus.transports.tcp import control
 
 CALL = Call("root:3", "train", PortRef("root", 7), 2, ("gpus",), (4,), "root/client", 11)
 REPLY = Reply(7, 2, False, "root:3/t[2]", 4)
+PASSED_ON = msgspec.structs.replace(CALL, origin="root")
 CAST = Cast(CALL, "root", 5, 2, ("root:1.3", "root:1.0"), (3, 0), (9, 4))
 ACK = Ack((5, 6))
 
@@ -36,7 +37,7 @@ def cast(**changes):
 
 
 def test_round_trip():
-    for envelope in (CALL, CAST, ACK, REPLY):
+    for envelope in (CALL, PASSED_ON, CAST, ACK, REPLY):
         frames = encode(envelope, dumps({"step": 1}))
         decoded, payload = decode(frames)
         assert decoded == envelope
@@ -54,6 +55,7 @@ def test_round_trip():
         ([b"DNS" + bytes([VERSION]) + b"\x00" * 70_000, b"x"], "exceeds"),
         ([encode(Call("a", "m", None, 5, ("x",), (2,), "s", 0), [b""])[0], b"x"], "point"),
         ([encode(Call("a", "m", None, 0, ("x",), (2,), "s", -1), [b""])[0], b"x"], ">= 0"),
+        ([encode(msgspec.structs.replace(CALL, origin=""), [b""])[0], b"x"], "length >= 1"),
         ([encode(cast(fanout=1), [b""])[0], b"x"], "fan-out"),
         ([encode(cast(fanout=10_000), [b""])[0], b"x"], "fan-out"),
         ([encode(cast(points=(3,)), [b""])[0], b"x"], "disagree"),
@@ -97,6 +99,12 @@ def test_a_rejected_call_answers_only_on_its_sender():
     assert elsewhere is not None and elsewhere.reply is None and elsewhere.origin == "root:1.1"
 
 
+def test_a_rejected_call_passed_on_answers_on_its_origin():
+    bad = encode(msgspec.structs.replace(PASSED_ON, point=9), [b"x"])
+    found = rejected(bad, "root:1.1")
+    assert found is not None and found.origin == "root" and found.reply == PortRef("root", 7)
+
+
 def test_what_is_not_a_call_is_not_read_as_one():
     assert rejected(encode(REPLY, [b"x"]), "root") is None
     assert rejected([b"junk"], "root") is None
@@ -118,7 +126,7 @@ def test_random_frames_only_raise_frame_error(frames):
 
 
 @settings(max_examples=500)
-@given(st.sampled_from([CALL, CAST, ACK, REPLY]), st.data())
+@given(st.sampled_from([CALL, PASSED_ON, CAST, ACK, REPLY]), st.data())
 def test_mutated_frames_only_raise_frame_error(envelope, data):
     header = bytearray(encode(envelope, [b""])[0])
     for _ in range(data.draw(st.integers(1, 4))):

@@ -270,23 +270,27 @@ class Relays:
         targets: Targets,
         first: bool,
     ) -> None:
-        """Send a call its caller keeps to ``targets``, keeping nothing here: each run's first
-        proc gets a `Cast` naming the rest of its run. ``first``: this proc is the caller,
-        which sends a run of one proc a plain call (a send, not a forward, in the trace)."""
+        """Send a call its caller keeps to ``targets``, keeping nothing here: the first proc
+        of each run gets a `Cast` naming the rest of its run, or a plain call (naming the
+        caller's proc) if it is alone. ``first``: this proc is the caller, whose plain calls
+        are sends, not forwards, in the trace."""
         runtime = self._runtime
         tracing = runtime.trace.enabled
         for start, stop in split(targets, fanout):
             child = targets.procs[start]
-            head = replace(call, point=targets.points[start], seq=targets.seqs[start])
-            direct = first and stop - start == 1
-            if direct:
-                envelope: Call | Cast = head
-            else:
+            point, seq = targets.points[start], targets.seqs[start]
+            envelope: Call | Cast
+            if stop - start > 1:
+                head = replace(call, point=point, seq=seq)
                 part = targets.part(start + 1, stop)
                 envelope = Cast(
                     head, origin, 0, fanout, part.procs, part.points, part.seqs, ack=False
                 )
-            if tracing and not direct:
+            elif first:
+                head = envelope = replace(call, point=point, seq=seq)
+            else:
+                head = envelope = replace(call, point=point, seq=seq, origin=origin)
+            if tracing and not (first and stop - start == 1):
                 runtime.trace.record(
                     ev.Forwarded(
                         proc=runtime.proc_id,

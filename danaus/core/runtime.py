@@ -378,7 +378,7 @@ class Runtime:
             self._refuse(src, frames, exc)
             return
         if isinstance(envelope, Call):
-            self._arrived(src, envelope, payload)
+            self._arrived(envelope.origin or src, envelope, payload)
         elif isinstance(envelope, Cast):
             self.relays.forward(src, envelope, payload)
             self._arrived(envelope.origin, envelope.call, payload)

@@ -66,6 +66,9 @@ class Call(msgspec.Struct, tag="call", array_like=True, omit_defaults=True):
     plain: int = 0
     """0: ``method`` is an endpoint; else a plain method called through ``as_endpoint``
     (``PLAIN_RETURNS``: it answers by returning, ``PLAIN_PORT``: through a port argument)."""
+    origin: ProcId | None = None
+    """The proc of the sender, when another proc passed the call on (absent: the proc it
+    came from)."""
 
     def validate(self) -> None:
         if self.plain not in (0, PLAIN_RETURNS, PLAIN_PORT):
@@ -231,7 +234,8 @@ def rejected(frames: Sequence[Buffer], sender: str) -> Rejected | None:
     if not isinstance(raw, list) or not raw:
         return None
     if raw[0] == "call":
-        call, origin, hop, subtree = raw, sender, None, []
+        passed_on = len(raw) > 11 and isinstance(raw[11], str) and raw[11]
+        call, origin, hop, subtree = raw, raw[11] if passed_on else sender, None, []
     elif raw[0] == "cast" and len(raw) >= 7 and isinstance(raw[2], str) and raw[2]:
         acknowledged = len(raw) < 8 or raw[7] is not False
         call, origin, subtree = raw[1], raw[2], raw[6]
