@@ -76,8 +76,9 @@ def _stages(path: Path, times: list[tuple[float, float]]) -> dict[str, list[floa
     events = [msgspec.json.decode(line) for line in path.read_bytes().splitlines() if line]
     calls_sent = [e for e in events if e["kind"] == "send-call" and e.get("method") == "echo"]
     calls_sent = calls_sent[-len(times) :]
-    names = {(e["src"], e["seq"]) for e in calls_sent}
-    received = {(e["src"], e["seq"]): e["t"] for e in events if e["kind"] == "recv-call"}
+    # Calls are numbered per pair of procs: their receiver is part of their name.
+    names = {(e["src"], e["seq"], e["dst"]) for e in calls_sent}
+    received = {(e["src"], e["seq"], e["proc"]): e["t"] for e in events if e["kind"] == "recv-call"}
     mesh = next(e["actor"] for e in calls_sent)
     replies_sent = [
         e for e in events if e["kind"] == "send-reply" and e["src"].startswith(f"{mesh}/")
@@ -86,7 +87,7 @@ def _stages(path: Path, times: list[tuple[float, float]]) -> dict[str, list[floa
     replies_received = {(e["src"], e["seq"]): e["t"] for e in events if e["kind"] == "recv-reply"}
     stages: dict[str, list[float]] = {f"{a}->{b}": [] for a, b, _ in STAGES}
     for (issued, returned), call, reply in zip(times, calls_sent, replies_sent, strict=True):
-        key = (call["src"], call["seq"])
+        key = (call["src"], call["seq"], call["dst"])
         if key not in names or key not in received:
             continue
         points = {

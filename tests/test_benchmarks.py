@@ -109,6 +109,18 @@ def test_sim_scale_profile() -> None:
         )
 
 
+def test_broadcast_small_on_sim() -> None:
+    """Casts to 16 simulated procs along trees of fan-out 4: two lines with what they promise."""
+    gather, cast = run_benchmark(
+        "broadcast.py", "--transport", "sim", "--procs", "16", "--casts", "5", "--fanout", "4"
+    )
+    assert [gather["workload"], cast["workload"]] == ["broadcast_gather", "broadcast"]
+    for row, rate, unit in [(gather, "calls_per_s", "call"), (cast, "casts_per_s", "cast")]:
+        assert row["procs"] == 16 and row["cast_fanout"] == 4, row
+        for key in (rate, f"controller_cpu_us_per_{unit}", f"simulated_us_per_{unit}"):
+            assert row[key] > 0, (key, row)
+
+
 def test_large_argument_small() -> None:
     """An 8 MiB argument (chunked at the default 4 MiB frames) and the heartbeat silence."""
     [row] = run_benchmark("large_argument.py", "--size", "8", "--runs", "1")
@@ -126,6 +138,8 @@ def test_top_overhead_small() -> None:
     assert row["job_cpu_ms_per_snapshot"]["median"] > 0
     for key in ("plain_rounds_per_s", "watched_rounds_per_s"):
         assert row[key]["median"] > 0, (key, row)
+
+
 def test_multihost_small() -> None:
     """Three namespace hosts on tcp: one line per figure (or one saying why it cannot run)."""
     rows = run_benchmark(

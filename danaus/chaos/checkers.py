@@ -1,7 +1,9 @@
 """Checkers: what must hold after any run, whatever the faults.
 
 * `delivery`: between procs, messages arrive in send order (FIFO), at most
-  once, never out of nowhere, and none is lost while both ends stay up.
+  once, never out of nowhere, and none is lost while both ends stay up. A
+  call counts as arrived when it is handed on to its actor, in order, however
+  it travelled (straight, or along a cast's tree).
 * `reported_once`: each failed member of a supervised mesh is reported to its
   owner exactly once (per incarnation: a restart starts a new one), unless the
   owner is gone or stopped watching.
@@ -54,37 +56,48 @@ def _downs(events: Sequence[ev.Event]) -> dict[str, float]:
 
 
 def delivery(events: Sequence[ev.Event]) -> list[Violation]:
-    """FIFO and exactly-once delivery between procs, from the trace."""
+    """FIFO and exactly-once delivery between procs, from the trace.
+
+    Calls and other messages are numbered apart (`ev.message_key`), so each
+    has its own order between a sender and a proc.
+    """
     down = _downs(events)
     known_senders = {e.src for e in events if isinstance(e, ev.Sent)}
-    sends: dict[tuple[str, int, str], tuple[float, str]] = {}
-    received: dict[tuple[str, int, str], int] = defaultdict(int)
-    last_seq: dict[tuple[str, str], int] = {}
+    sends: dict[tuple[bool, str, int, str], tuple[float, str]] = {}
+    received: dict[tuple[bool, str, int, str], int] = defaultdict(int)
+    last_seq: dict[tuple[bool, str, str], int] = {}
     found: list[Violation] = []
     for e in events:
         if isinstance(e, ev.Sent):
-            sends[(e.src, e.seq, e.dst)] = (e.t, e.proc)
+            sends[ev.message_key(e)] = (e.t, e.proc)
         elif isinstance(e, ev.Received):
-            key = (e.src, e.seq, e.proc)
+            key = ev.message_key(e)
+            name = _name(key)
             received[key] += 1
             if received[key] == 2:
-                found.append(Violation("delivery", f"message {key} delivered twice"))
+                found.append(Violation("delivery", f"{name} delivered twice"))
             if key not in sends and e.src in known_senders:
-                found.append(Violation("delivery", f"message {key} delivered but never sent"))
-            pair = (e.src, e.proc)
+                found.append(Violation("delivery", f"{name} delivered but never sent"))
+            pair = (key[0], e.src, e.proc)
             previous = last_seq.get(pair)
             if previous is not None and e.seq < previous:
+                what = "call" if key[0] else "message"
                 found.append(
                     Violation(
                         "delivery",
-                        f"{e.src} -> {e.proc}: seq {e.seq} arrived after seq {previous}",
+                        f"{e.src} -> {e.proc}: {what} seq {e.seq} arrived after seq {previous}",
                     )
                 )
             last_seq[pair] = e.seq if previous is None else max(previous, e.seq)
     for key, (_, sender) in sends.items():
-        if not received.get(key) and key[2] not in down and sender not in down:
-            found.append(Violation("delivery", f"message {key} sent but never delivered"))
+        if not received.get(key) and key[3] not in down and sender not in down:
+            found.append(Violation("delivery", f"{_name(key)} sent but never delivered"))
     return found
+
+
+def _name(key: tuple[bool, str, int, str]) -> str:
+    call, src, seq, proc = key
+    return f"{'call' if call else 'message'} {(src, seq, proc)}"
 
 
 def reported_once(events: Sequence[ev.Event]) -> list[Violation]:

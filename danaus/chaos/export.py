@@ -44,17 +44,18 @@ def procs(events: Sequence[Event]) -> list[str]:
 def _messages(events: Sequence[Event]) -> tuple[list[tuple[int, int]], list[int]]:
     """Indices of the sends with their receipts, and of the sends never received, in send order.
 
-    A send and its receipt share (sender actor, seq, proc). A restarted actor keeps
+    A send and its receipt share a key (`ev.message_key`). A restarted actor keeps
     its id and counts from seq 0 again, so a key can repeat: a receipt goes to the
-    earliest send of its key still in flight.
+    earliest send of its key still in flight. A call travelling along a cast's
+    tree is drawn from its sender to its receiver, as if sent straight.
     """
-    in_flight: dict[tuple[str, int, str], deque[int]] = {}
+    in_flight: dict[tuple[bool, str, int, str], deque[int]] = {}
     received: dict[int, int] = {}
     for i, e in enumerate(events):
         if isinstance(e, ev.Sent):
-            in_flight.setdefault((e.src, e.seq, e.dst), deque()).append(i)
+            in_flight.setdefault(ev.message_key(e), deque()).append(i)
         elif isinstance(e, ev.Received):
-            queue = in_flight.get((e.src, e.seq, e.proc))
+            queue = in_flight.get(ev.message_key(e))
             if queue:
                 received[queue.popleft()] = i
     sends = [i for i, e in enumerate(events) if isinstance(e, ev.Sent)]

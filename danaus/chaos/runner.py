@@ -208,9 +208,10 @@ def run_scenario(
             "seed": seed,
             "network": scenario.network,
             "time_limit": scenario.max_time,
+            "cast_fanout": scenario.cast_fanout,
         }
     else:
-        options = {"trace": True, **options}
+        options = {"trace": True, "cast_fanout": scenario.cast_fanout, **options}
     world = config.create_world(transport, **options)
     config.install(world)
     run = _Run(scenario, world)

@@ -28,6 +28,8 @@ class Scenario:
     endpoints: tuple[tuple[str, str], ...] = ()
     """(mesh name, endpoint) pairs where ``raise`` faults may strike."""
     network: NetworkModel | None = None
+    cast_fanout: int | None = None
+    """The world's ``cast_fanout`` (None: as ``danaus.configure`` would set it)."""
 
     def run(self, history: History) -> Any:
         """The workload: controller code, sync or ``async def``, recording into ``history``."""

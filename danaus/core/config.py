@@ -3,7 +3,7 @@
 The world is made on first use (``this_host()``, ``this_proc()``, a spawn) from
 the choice: ``configure(transport=..., **options)`` if called, else the
 ``DANAUS_TRANSPORT`` environment variable, else ``tcp``. Options go to the
-transport's ``create_world``.
+transport's ``create_world``, except those every world takes (``cast_fanout``).
 
 What the process itself holds is only what the user set for it: that choice,
 the unhandled-fault hook (``danaus.unhandled_fault_hook``, a process-wide
@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from danaus.core.casting import fanout_from
 from danaus.core.supervision import default_unhandled_fault_hook
 from danaus.core.transport import FaultHook, World
 
@@ -49,12 +50,16 @@ def selected() -> str:
     return os.environ.get("DANAUS_TRANSPORT") or DEFAULT_TRANSPORT
 
 
-def configure(transport: str | None = None, **options: Any) -> None:
+def configure(
+    transport: str | None = None, *, cast_fanout: int | None = None, **options: Any
+) -> None:
     """Choose the transport (``sim``, ``tcp``, ``ucx``, ``verbs``) and its options.
 
-    Call before anything else touches Danaus; to switch later, call
-    ``danaus.shutdown()`` first. The choice holds for every world this process
-    makes from then on.
+    ``cast_fanout`` (every transport; None: ``$DANAUS_CAST_FANOUT``, else 8)
+    is how many procs a cast's sender, and each proc that passes it on, sends
+    it to at most (`danaus.core.casting`). Call before anything else touches
+    Danaus; to switch later, call ``danaus.shutdown()`` first. The choice holds
+    for every world this process makes from then on.
     """
     global _choice
     if _world is not None:
@@ -62,7 +67,9 @@ def configure(transport: str | None = None, **options: Any) -> None:
             f"Danaus already runs on {_world.name!r}; call danaus.shutdown() before configure()"
         )
     name = transport or selected()
-    transport_module(name).configured(**options)
+    if cast_fanout is not None:
+        options["cast_fanout"] = fanout_from(cast_fanout)
+    transport_module(name).configured(**_transport_options(options))
     _choice = Choice(name, dict(options))
 
 
@@ -73,11 +80,17 @@ def transport_module(name: str) -> Any:
     return importlib.import_module(f"danaus.transports.{name}")
 
 
-def create_world(transport: str, **options: Any) -> World:
+def create_world(transport: str, *, cast_fanout: int | None = None, **options: Any) -> World:
     """A new world of ``transport`` with ``options`` (checked first); not made current."""
     module = transport_module(transport)
+    fanout = fanout_from(cast_fanout)
     module.configured(**options)
-    return module.create_world(**options)
+    return module.create_world(cast_fanout=fanout, **options)
+
+
+def _transport_options(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` but those every world takes, which are no transport's business."""
+    return {key: value for key, value in options.items() if key != "cast_fanout"}
 
 
 def current_world() -> World:

@@ -78,14 +78,16 @@ class Endpoint(Generic[R]):
             index = sender.choose_index(self._mesh._mesh_id, len(targets))
             shape = shape.slice(**_coords_of(shape, index))
             targets = [(targets[index][0], 0)]
-        result = None
+        result = handler = None
         if expect is not None:
             handler, result = expect([proc for proc, _ in targets], runtime.loop)
             handler.caller, handler.actor, handler.method = sender, self._mesh._mesh_id, self.name
             handler.mesh_name = self._mesh.name
             reply = runtime.open_port(handler)
         mesh_id, method = self._mesh._mesh_id, self._spec.name
-        runtime.send_call(sender, targets, mesh_id, method, shape, payload, reply, self._plain)
+        runtime.send_call(
+            sender, targets, mesh_id, method, shape, payload, reply, self._plain, handler
+        )
         return result
 
     def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh[R]]:

@@ -23,6 +23,7 @@ from danaus.core.value_mesh import ValueMesh
 from danaus.core.wire import PortRef
 
 if TYPE_CHECKING:
+    from danaus.core.casting import Answered
     from danaus.core.instance import Instance
     from danaus.core.runtime import Runtime
 
@@ -86,20 +87,23 @@ class ReplyHandler(PortHandler):
     method = ""
     mesh_name = ""
     """The name of the called actors' mesh (for errors)."""
+    cast: Answered | None = None
+    """The call, if it went along a tree: kept until every proc answered or was lost, even
+    once the caller has its result (`danaus.core.casting`)."""
 
     def __init__(self, procs: Sequence[str]) -> None:
         self.procs = procs
         self.remaining = set(range(len(procs)))
 
     def deliver(self, rank: int, payload: list[Buffer], error: bool) -> None:
-        if rank not in self.remaining:
-            return
-        self.remaining.discard(rank)
-        what = f"the answer of {self.method or 'a call'} from proc {self.procs[rank]}"
-        value, exc = decode(payload, error, what)
-        self.arrived(rank, value, exc)
-        if not self.remaining:
-            self.close()
+        if self.cast is not None:
+            self.cast.pending.discard(rank)
+        if rank in self.remaining:
+            self.remaining.discard(rank)
+            what = f"the answer of {self.method or 'a call'} from proc {self.procs[rank]}"
+            value, exc = decode(payload, error, what)
+            self.arrived(rank, value, exc)
+        self._close_when_done()
 
     def lost(self, proc: str, error: SupervisionError) -> None:
         if self.mesh_name and isinstance(error.failure, ProcLoss):
@@ -112,7 +116,14 @@ class ReplyHandler(PortHandler):
         for rank in sorted(r for r in self.remaining if self.procs[r] == proc):
             self.remaining.discard(rank)
             self.arrived(rank, None, error)
-        if not self.remaining:
+        if self.cast is not None:
+            self.cast.pending.difference_update(
+                [rank for rank, there in enumerate(self.procs) if there == proc]
+            )
+        self._close_when_done()
+
+    def _close_when_done(self) -> None:
+        if not self.remaining and (self.cast is None or not self.cast.pending):
             self.close()
 
     def arrived(self, rank: int, value: Any, exc: BaseException | None) -> None:

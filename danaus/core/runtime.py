@@ -2,7 +2,9 @@
 
 Every proc (the controller's included) has one `Runtime`. Outgoing messages are
 encoded here and handed to the proc's `Transport`; incoming frames are decoded
-here and routed to an actor's mailbox or to a port's handler. Sending is
+here and routed to an actor's mailbox or to a port's handler. Calls are
+numbered per pair of procs and handed on in that order (`danaus.core.ordering`);
+a cast to many procs travels along a tree (`danaus.core.casting`). Sending is
 thread-safe (sync endpoints and controller code may run off the loop thread);
 receiving always happens on the loop thread.
 """
@@ -12,15 +14,17 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from danaus.core import trace as ev
+from danaus.core.casting import Relays, Targets
 from danaus.core.config import fault_hook
 from danaus.core.errors import MeshStoppedError, SerializationError, SupervisionError
 from danaus.core.future import Future, transfer_outcome
 from danaus.core.instance import Instance, InstanceKind
 from danaus.core.observer import Observer, from_environment
+from danaus.core.ordering import Inbound, Outbound
 from danaus.core.ports import PortHandler, ReplyHandler
 from danaus.core.serialize import Buffer, dumps, loads, nbytes
 from danaus.core.shape import Shape
@@ -30,7 +34,9 @@ from danaus.core.transport import ProcLoss, Transport
 from danaus.core.undeliverable import UndeliverableMessageEnvelope
 from danaus.core.waits import Wait
 from danaus.core.wire import (
+    Ack,
     Call,
+    Cast,
     Fail,
     FrameError,
     PortRef,
@@ -38,7 +44,7 @@ from danaus.core.wire import (
     Returned,
     decode,
     encode,
-    reply_port,
+    rejected,
 )
 
 if TYPE_CHECKING:
@@ -79,6 +85,9 @@ class Runtime:
         self._ports: dict[int, PortHandler] = {}
         self._lost: dict[str, ProcLoss] = {}
         self._watched: set[str] = set()
+        self._outbound = Outbound()
+        self._inbound: Inbound[tuple[Call, list[Buffer]]] = Inbound()
+        self.relays = Relays(self)
         self._ids = itertools.count(1)
         self._last_id = 0
         self.pid = pid
@@ -145,12 +154,15 @@ class Runtime:
         payload: list[Buffer],
         reply: PortRef | None,
         plain: int = 0,
+        answers: ReplyHandler | None = None,
     ) -> None:
         """Send one call to ``actor`` on each target proc (a cast when there are several).
 
-        ``plain`` says how a method called through ``as_endpoint`` answers (see `Call`).
+        A cast to more procs than the world's ``cast_fanout`` travels along a
+        tree (`danaus.core.casting`). ``plain`` says how a method called through
+        ``as_endpoint`` answers (see `Call`). ``answers`` is the handler, opened
+        here for this call, that gathers its answers (at ``reply``).
         """
-        seq = sender.next_seq()
         labels, sizes = shape.labels, shape.ndslice.sizes
         size = nbytes(payload)
         tracing = self.trace.enabled
@@ -160,10 +172,9 @@ class Runtime:
             if observer is None
             else observer.call_sent(sender, actor, method, len(targets), reply)
         )
-        for proc, point in targets:
-            envelope = Call(
-                actor, method, reply, point, labels, sizes, sender.actor_id, seq, carried, plain
-            )
+        number = self._outbound.next
+        seqs = [number(proc) for proc, _ in targets]
+        for (proc, _), seq in zip(targets, seqs):
             if tracing:
                 self.trace.record(
                     ev.CallSent(
@@ -178,6 +189,16 @@ class Runtime:
                 )
             if reply is not None:
                 self.watch(proc)
+        fanout = self.world.cast_fanout
+        if len(targets) > fanout:
+            call = Call(actor, method, reply, 0, labels, sizes, sender.actor_id, 0, carried, plain)
+            procs, points = zip(*targets)
+            self.relays.cast(call, payload, fanout, Targets(procs, points, seqs), answers)
+            return
+        for (proc, point), seq in zip(targets, seqs):
+            envelope = Call(
+                actor, method, reply, point, labels, sizes, sender.actor_id, seq, carried, plain
+            )
             self.transport.send(proc, encode(envelope, payload))
 
     def send_reply(
@@ -234,6 +255,11 @@ class Runtime:
 
     def is_lost(self, proc: str) -> bool:
         return proc in self._lost
+
+    @property
+    def lost_procs(self) -> Mapping[str, ProcLoss]:
+        """The procs this one learned are gone (read-only)."""
+        return self._lost
 
     def losses(self) -> list[ProcLoss]:
         """The procs this one learned are gone, in the order it learned it."""
@@ -351,20 +377,15 @@ class Runtime:
             log.error("proc %s rejected a message from %s: %s", self.proc_id, src, exc)
             self._refuse(src, frames, exc)
             return
-        tracing = self.trace.enabled
         if isinstance(envelope, Call):
-            if tracing:
-                self.trace.record(
-                    ev.CallReceived(
-                        proc=self.proc_id,
-                        src=envelope.sender,
-                        seq=envelope.seq,
-                        actor=envelope.actor,
-                    )
-                )
-            self._route_call(src, envelope, payload)
+            self._arrived(envelope.origin or src, envelope, payload)
+        elif isinstance(envelope, Cast):
+            self.relays.forward(src, envelope, payload)
+            self._arrived(envelope.origin, envelope.call, payload)
+        elif isinstance(envelope, Ack):
+            self.relays.acked(src, envelope)
         elif isinstance(envelope, Reply):
-            if tracing:
+            if self.trace.enabled:
                 self.trace.record(
                     ev.ReplyReceived(
                         proc=self.proc_id, src=envelope.sender, seq=envelope.seq, port=envelope.port
@@ -382,12 +403,56 @@ class Runtime:
             self._route_failure(payload)
 
     def _refuse(self, src: str, frames: list[Buffer], error: FrameError) -> None:
-        """Tell the sender of a rejected call why, where it waits for the answer."""
-        waiting = reply_port(frames, src)
-        if waiting is not None:
-            port, point = waiting
+        """A call or cast from ``src`` was rejected: nobody must wait on it forever.
+
+        Its caller hears why, for this proc and for those it was to forward to;
+        calls numbered after it are not held behind it; a cast is acknowledged
+        to ``src``, which keeps it until then.
+        """
+        found = rejected(frames, src)
+        if found is None:
+            return
+        if found.reply is not None:
             refused = SerializationError(f"proc {self.proc_id} rejected the call: {error}")
-            self.send_reply(self.client, port, point, dumps(refused), error=True)
+            for point in found.points:
+                self.send_reply(self.client, found.reply, point, dumps(refused), error=True)
+        if found.seq is not None:
+            self._deliver(found.origin, found.seq, None)
+        if found.hop is not None:
+            self.relays.rejected(src, found.hop)
+
+    def _arrived(self, origin: str, call: Call, payload: list[Buffer]) -> None:
+        """Call ``call`` from proc ``origin`` arrived, directly or along a tree."""
+        if origin in self._lost:
+            self._dropped(call, "its sender's proc is lost")
+            return
+        self._deliver(origin, call.seq, (call, payload))
+
+    def _deliver(self, origin: str, seq: int, item: tuple[Call, list[Buffer]] | None) -> None:
+        """Hand on the calls from ``origin`` that are due now that ``seq`` is here (``item``
+        None: it was refused, and only its place in the order counts)."""
+        due = self._inbound.take(origin, seq, item)
+        if due is None:
+            if item is not None:
+                self._dropped(item[0], "a duplicate")
+            return
+        if not due and self._inbound.holding(origin):
+            self.watch(origin)  # what it holds goes if the calls before never come
+        tracing = self.trace.enabled
+        for ready, payload in due:
+            if tracing:
+                self.trace.record(
+                    ev.CallReceived(
+                        proc=self.proc_id, src=ready.sender, seq=ready.seq, actor=ready.actor
+                    )
+                )
+            self._route_call(origin, ready, payload)
+
+    def _dropped(self, call: Call, why: str) -> None:
+        if self.trace.enabled:
+            self.trace.record(
+                ev.CallDropped(proc=self.proc_id, src=call.sender, seq=call.seq, why=why)
+            )
 
     def _route_call(self, src: str, call: Call, payload: list[Buffer]) -> None:
         instance = self._actors.get(call.actor)
@@ -432,6 +497,9 @@ class Runtime:
             return
         self._lost[loss.proc] = loss
         self.trace.record(ev.Lost(proc=self.proc_id, peer=loss.proc, reason=loss.reason))
+        self._outbound.forget(loss.proc)
+        self._inbound.forget(loss.proc)
+        self.relays.lost(loss.proc)
         self._fail_pending(loss)
         self.supervisor.on_loss(loss)
 
@@ -439,6 +507,8 @@ class Runtime:
         """Every reply still expected from ``loss.proc`` becomes a `SupervisionError`."""
         error = SupervisionError(loss.describe(), failure=loss)
         for handler in list(self._ports.values()):
+            if isinstance(handler, ReplyHandler) and handler.cast is not None:
+                self.relays.resend(handler.cast, loss.proc)
             handler.lost(loss.proc, error)
 
     # ---- shutdown ------------------------------------------------------------------
@@ -451,6 +521,7 @@ class Runtime:
     def close(self) -> None:
         for instance in list(self._actors.values()):
             instance.abandon(MeshStoppedError(f"proc {self.proc_id} is shutting down"))
+        self.relays.close()
         self.transport.close()
 
 

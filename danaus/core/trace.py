@@ -127,6 +127,8 @@ class Received(Event):
 
 
 class CallReceived(Received, tag="recv-call"):
+    """A call was handed on to its actor: in order, once, however it travelled."""
+
     actor: str
 
 
@@ -136,6 +138,47 @@ class ReplyReceived(Received, tag="recv-reply"):
 
 class FailureReceived(Received, tag="recv-failure"):
     failure: str
+
+
+def message_key(event: Sent | Received) -> tuple[bool, str, int, str]:
+    """What names a message: whether it is a call, its sender actor, its number, its proc.
+
+    Calls are numbered per pair of procs (`danaus.core.ordering`), other
+    messages per sending actor, so a call and a reply may share a number.
+    """
+    dst = event.dst if isinstance(event, Sent) else event.proc
+    return isinstance(event, (CallSent, CallReceived)), event.src, event.seq, dst
+
+
+# ---- casts along a tree -------------------------------------------------------------------
+
+
+class Forwarded(Event, tag="forward-call"):
+    """``proc`` passed call (``src``, ``seq``) on to ``to``, for ``procs`` procs (``to``'s part
+    of the tree, ``to`` included); ``hop`` names it until ``to`` acknowledges it (None: its
+    caller keeps it until every answer is in, and nobody acknowledges it)."""
+
+    src: str
+    seq: int
+    to: str
+    hop: int | None
+    procs: int
+
+
+class Adopted(Event, tag="adopt"):
+    """``proc`` lost ``lost`` before it passed ``hops`` calls on (before it acknowledged them,
+    or before the procs below it answered): it sends them to those procs itself."""
+
+    lost: str
+    hops: int
+
+
+class CallDropped(Event, tag="drop-call"):
+    """Call (``src``, ``seq``) reached ``proc`` but was not handed on: ``why``."""
+
+    src: str
+    seq: int
+    why: str
 
 
 # ---- supervision ------------------------------------------------------------------------
@@ -210,6 +253,9 @@ ANY_EVENT = (
     | CallReceived
     | ReplyReceived
     | FailureReceived
+    | Forwarded
+    | Adopted
+    | CallDropped
     | Failure
     | Release
     | Restart

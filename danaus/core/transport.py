@@ -13,7 +13,10 @@ A transport brings three things:
 
 A transport package ``danaus.transports.<name>`` exposes ``configured(**options)``,
 which checks the options (called by ``configure()`` and again just before the
-world is made), ``create_world(**options) -> World``, and its ``World`` class.
+world is made), ``create_world(cast_fanout=..., **options) -> World``, and its
+``World`` class. ``cast_fanout`` is a setting of every world, checked by core:
+the world holds it from the start, and hands it to the worlds of the procs it
+starts.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from danaus.core.casting import DEFAULT_FANOUT
 from danaus.core.errors import SupervisionError
 from danaus.core.serialize import Buffer
 
@@ -246,6 +250,9 @@ class World(ABC):
     faults: Faults
     """What a chaos run can do to this world (crash, pause, network faults)."""
     deterministic: bool = False
+    cast_fanout: int = DEFAULT_FANOUT
+    """How many procs a cast's sender, and each proc that passes it on, sends it to at most
+    (`danaus.core.casting`; set by ``configure(cast_fanout=...)`` or ``DANAUS_CAST_FANOUT``)."""
     max_procs_per_host: int = 1024
     """The most procs one ``spawn_procs`` may ask of each host (checked before anything starts)."""
     sites: Sites | None = None

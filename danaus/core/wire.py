@@ -10,17 +10,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated
 
 import msgspec
 
 from danaus.core.serialize import Buffer
 
 MAGIC = b"DNS"
-VERSION = 1
+VERSION = 2
 MAX_HEADER_BYTES = 64 * 1024
 MAX_FRAMES = 1 + 1 + 4096
 PLAIN_RETURNS = 1
 PLAIN_PORT = 2
+MAX_FANOUT = 1024
+"""The widest fan-out a cast may ask forwarding procs for."""
+MAX_SUBTREE = 4096
+"""The most procs one forwarded cast may name (its header must fit ``MAX_HEADER_BYTES`` too)."""
+MAX_ACKS = 4096
+"""The most hops one `Ack` may acknowledge."""
+
+Count = Annotated[int, msgspec.Meta(ge=0)]
+ProcId = Annotated[str, msgspec.Meta(min_length=1)]
 
 
 class FrameError(ValueError):
@@ -48,11 +59,16 @@ class Call(msgspec.Struct, tag="call", array_like=True, omit_defaults=True):
     labels: tuple[str, ...]
     sizes: tuple[int, ...]
     sender: str
-    seq: int
+    seq: Count
+    """The call's number in the sequence of calls from the sender's proc to the receiving one
+    (`danaus.core.ordering`)."""
     carried: dict[str, str] | None = None
     plain: int = 0
     """0: ``method`` is an endpoint; else a plain method called through ``as_endpoint``
     (``PLAIN_RETURNS``: it answers by returning, ``PLAIN_PORT``: through a port argument)."""
+    origin: ProcId | None = None
+    """The proc of the sender, when another proc passed the call on (absent: the proc it
+    came from)."""
 
     def validate(self) -> None:
         if self.plain not in (0, PLAIN_RETURNS, PLAIN_PORT):
@@ -61,6 +77,48 @@ class Call(msgspec.Struct, tag="call", array_like=True, omit_defaults=True):
             raise FrameError("call: labels and sizes disagree")
         if not 0 <= self.point < math.prod(self.sizes):
             raise FrameError("call: point out of range")
+
+
+class Cast(msgspec.Struct, tag="cast", array_like=True):
+    """A call travelling along a cast's tree (`danaus.core.casting`).
+
+    The receiving proc delivers ``call`` to its actor and passes it on to the
+    procs ``procs`` (each at its point in ``points``, numbered ``seqs`` from
+    ``origin``), split among at most ``fanout`` of them. With ``ack``, ``hop``
+    names this message on its way from the proc that sent it, which keeps the
+    call until an `Ack` of ``hop`` says every proc of this part of the tree
+    has it; without, the caller keeps the call until every answer is in, and
+    nobody acknowledges it.
+    """
+
+    call: Call
+    origin: ProcId
+    """The proc of the call's sender: where its answers and undeliverable returns go."""
+    hop: Count
+    fanout: int
+    procs: Annotated[tuple[ProcId, ...], msgspec.Meta(max_length=MAX_SUBTREE)]
+    points: Annotated[tuple[int, ...], msgspec.Meta(max_length=MAX_SUBTREE)]
+    seqs: Annotated[tuple[Count, ...], msgspec.Meta(max_length=MAX_SUBTREE)]
+    ack: bool = True
+
+    def validate(self) -> None:
+        self.call.validate()
+        if not 2 <= self.fanout <= MAX_FANOUT:
+            raise FrameError(f"cast: fan-out {self.fanout} outside 2..{MAX_FANOUT}")
+        if not len(self.procs) == len(self.points) == len(self.seqs):
+            raise FrameError("cast: procs, points and numbers disagree")
+        points = self.points
+        if points and (min(points) < 0 or max(points) >= math.prod(self.call.sizes)):
+            raise FrameError("cast: point out of range")
+
+
+class Ack(msgspec.Struct, tag="ack", array_like=True):
+    """Every proc that the receiving proc's casts ``hops`` were for has them (or is lost)."""
+
+    hops: Annotated[tuple[Count, ...], msgspec.Meta(max_length=MAX_ACKS)]
+
+    def validate(self) -> None:
+        pass
 
 
 class Reply(msgspec.Struct, tag="reply", array_like=True):
@@ -104,7 +162,7 @@ class Returned(msgspec.Struct, tag="returned", array_like=True):
         pass
 
 
-Envelope = Call | Reply | Fail | Returned
+Envelope = Call | Cast | Ack | Reply | Fail | Returned
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Envelope)
@@ -144,12 +202,27 @@ def decode(frames: Sequence[Buffer], max_bytes: int | None = None) -> tuple[Enve
     return envelope, payload
 
 
-def reply_port(frames: Sequence[Buffer], sender: str) -> tuple[PortRef, int] | None:
-    """Where the sender of a rejected call waits for its answer, if the header says so.
+@dataclass(frozen=True)
+class Rejected:
+    """What could be read of a call or cast that `decode` refused, so that nobody waits on it."""
 
-    Read leniently from a header `decode` refused, so that the sender hears why
-    instead of waiting forever: a call's reply port and point, when the port is
-    on ``sender`` itself (a rejection never goes to a third proc).
+    origin: str
+    """The proc whose call it was."""
+    seq: int | None
+    """Its number from ``origin`` (None: unreadable), so that later calls are not held behind it."""
+    reply: PortRef | None
+    """Where its caller waits, if on ``origin`` (a rejection never goes to a third proc)."""
+    points: tuple[int, ...]
+    """The points the caller awaits answers for: the receiver's, then its part of the tree."""
+    hop: int | None
+    """The cast's hop, which its sender keeps until it is acknowledged (None: not a cast)."""
+
+
+def rejected(frames: Sequence[Buffer], sender: str) -> Rejected | None:
+    """Read leniently, from a header `decode` refused, what a call's sender and caller need.
+
+    ``sender`` is the proc the frames came from: a call's origin, or the proc
+    that forwarded a cast. None if the header is not a call or cast at all.
     """
     header = memoryview(frames[0]) if frames else memoryview(b"")
     if header.nbytes > MAX_HEADER_BYTES or bytes(header[: len(_PREFIX)]) != _PREFIX:
@@ -158,15 +231,30 @@ def reply_port(frames: Sequence[Buffer], sender: str) -> tuple[PortRef, int] | N
         raw = msgspec.msgpack.decode(header[len(_PREFIX) :])
     except (msgspec.MsgspecError, ValueError):
         return None
-    if not (isinstance(raw, list) and len(raw) >= 5 and raw[0] == "call"):
+    if not isinstance(raw, list) or not raw:
         return None
-    port, point = raw[3], raw[4]
-    if (
-        isinstance(port, list)
-        and len(port) == 2
-        and port[0] == sender
-        and type(port[1]) is int
-        and type(point) is int
-    ):
-        return PortRef(sender, port[1]), point
-    return None
+    if raw[0] == "call":
+        passed_on = len(raw) > 11 and isinstance(raw[11], str) and raw[11]
+        call, origin, hop, subtree = raw, raw[11] if passed_on else sender, None, []
+    elif raw[0] == "cast" and len(raw) >= 7 and isinstance(raw[2], str) and raw[2]:
+        acknowledged = len(raw) < 8 or raw[7] is not False
+        call, origin, subtree = raw[1], raw[2], raw[6]
+        hop = _count(raw[3]) if acknowledged else None
+    else:
+        return None
+    if not (isinstance(call, list) and len(call) >= 9 and call[0] == "call"):
+        return Rejected(origin, None, None, (), hop)
+    port, point = call[3], call[4]
+    reply = None
+    if isinstance(port, list) and len(port) == 2 and port[0] == origin:
+        number = _count(port[1])
+        reply = PortRef(origin, number) if number is not None else None
+    points = [point] if _count(point) is not None else []
+    if isinstance(subtree, list):
+        points += [p for p in subtree[:MAX_SUBTREE] if _count(p) is not None]
+    return Rejected(origin, _count(call[8]), reply, tuple(dict.fromkeys(points)), hop)
+
+
+def _count(value: object) -> int | None:
+    """``value`` if it is a non-negative int (as a count or number on the wire must be)."""
+    return value if type(value) is int and value >= 0 else None

@@ -132,3 +132,69 @@ class ThrowsFromUserCode(Scenario):
             for op in history.operations()
             if op["status"] == "open"
         ]
+
+
+class Member(Actor):
+    """Notes the numbers it is sent."""
+
+    def __init__(self) -> None:
+        self.log: list[int] = []
+
+    @endpoint
+    def note(self, value: int) -> None:
+        self.log.append(value)
+
+    @endpoint
+    def notes(self) -> list[int]:
+        return self.log
+
+
+class CastsAlongTrees(Scenario):
+    """Numbered casts along trees of fan-out 2, and calls straight to one member, under crashes
+    and pauses: each member must see the numbers in order, each once (restarted members start
+    a log of their own)."""
+
+    hosts = 3
+    duration = 2.0
+    settle = 5.0
+    kinds = ("crash", "pause", "delay", "clog", "partition")
+    cast_fanout = 2
+
+    async def run(self, history: History) -> None:
+        members = (
+            hosts()
+            .spawn_procs(per_host={"m": 3})
+            .spawn("members", Member, restart=RestartPolicy(max_restarts=20, backoff=0.01))
+        )
+        for value in range(40):
+            op = history.invoke("note", value=value)
+            part = value % 4
+            try:
+                if part == 0:
+                    await members.note.call(value)
+                elif part == 1:
+                    members.note.broadcast(value)
+                elif part == 2:
+                    await members.slice(hosts=value % 3, m=value % 3).note.call_one(value)
+                else:
+                    await members.slice(m=slice(1, 3)).note.call(value)
+            except Exception as exc:
+                history.fail(op, repr(exc))
+            else:
+                history.ok(op)
+            await asyncio.sleep(0.05)
+        for member in range(9):
+            member_mesh = members.slice(hosts=member // 3, m=member % 3)
+            try:
+                log = await asyncio.wait_for(member_mesh.notes.call_one(), 5)
+            except Exception as exc:
+                history.record("unread", member=member, error=repr(exc))
+            else:
+                history.record("log", member=member, log=log)
+
+    def check(self, history: History) -> list[str]:
+        return [
+            f"member {entry['member']} saw {entry['log']}"
+            for entry in history.of("log")
+            if entry["log"] != sorted(set(entry["log"]))
+        ]

@@ -55,9 +55,9 @@ def test_delivery_passes_a_real_trace_and_objects_to_each_broken_rule():
     events = real_events()
     assert delivery(events) == []
     recvs = [i for i, e in enumerate(events) if isinstance(e, ev.Received)]
-    pairs: dict[tuple[str, str], list[int]] = {}
+    pairs: dict[tuple[type, str, str], list[int]] = {}
     for i in recvs:
-        pairs.setdefault((events[i].src, events[i].proc), []).append(i)
+        pairs.setdefault((type(events[i]), events[i].src, events[i].proc), []).append(i)
     first, second = next(found for found in pairs.values() if len(found) >= 2)[:2]
     duplicated = [*events[: first + 1], copy.copy(events[first]), *events[first + 1 :]]
     assert any("twice" in v.message for v in delivery(duplicated))

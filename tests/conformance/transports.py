@@ -40,8 +40,10 @@ class Transport:
         return f"{self.name}-cluster" if self.cluster else self.name
 
 
-def _run_sim(main: Callable[[], Any], hosts: int = 2, seed: int = 0) -> Any:
-    return danaus.sim.run(main, hosts=hosts, seed=seed).value
+def _run_sim(
+    main: Callable[[], Any], hosts: int = 2, seed: int = 0, cast_fanout: int | None = None
+) -> Any:
+    return danaus.sim.run(main, hosts=hosts, seed=seed, cast_fanout=cast_fanout).value
 
 
 def _runner(

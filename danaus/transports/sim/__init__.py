@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from danaus.core import config
+from danaus.core.casting import DEFAULT_FANOUT, fanout_from
 from danaus.core.trace import Trace
 from danaus.transports.sim.loop import SimulationStalled, SimulationTimeLimit, VirtualTimeLoop
 from danaus.transports.sim.network import NetworkModel
@@ -34,8 +35,10 @@ World = SimWorld
 """The world class of this transport."""
 
 
-def create_world(**options: Any) -> SimWorld:
-    return SimWorld(**options)
+def create_world(cast_fanout: int = DEFAULT_FANOUT, **options: Any) -> SimWorld:
+    world = SimWorld(**options)
+    world.cast_fanout = cast_fanout
+    return world
 
 
 def _main_loop() -> VirtualTimeLoop | None:
@@ -157,6 +160,7 @@ def run(
     seed: int = 0,
     network: NetworkModel | None = None,
     schedule_seed: int | None = None,
+    cast_fanout: int | None = None,
 ) -> SimRun:
     """Run ``main`` (sync or async) on a fresh simulated cluster of ``hosts`` hosts.
 
@@ -164,9 +168,12 @@ def run(
     ``danaus.hosts()`` all of them. Every mesh is stopped when ``main`` returns.
     ``schedule_seed`` (by default ``$DANAUS_SCHEDULE_SEED``, else 0) picks the
     interleaving of concurrent events to explore; 0 is the default one.
+    ``cast_fanout`` is as for ``danaus.configure``.
     """
     _check_schedule_seed(schedule_seed)
+    fanout = fanout_from(cast_fanout)
     world = SimWorld(hosts=hosts, seed=seed, network=network, schedule_seed=schedule_seed)
+    world.cast_fanout = fanout
     previous = config.install(world)
     try:
         if inspect.iscoroutinefunction(main):

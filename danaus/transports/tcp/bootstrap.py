@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
+from danaus.core.casting import DEFAULT_FANOUT
+
 
 class Bootstrap(msgspec.Struct, frozen=True):
     """A worker's identity, where its controller is, and the job's key.
@@ -37,6 +39,8 @@ class Bootstrap(msgspec.Struct, frozen=True):
     """The host agents of the job's hosts (``danaus.hosts()``); empty: this host alone."""
     remote: bool = False
     """Whether the proc runs on another host than the controller (its output names its host)."""
+    cast_fanout: int = DEFAULT_FANOUT
+    """The job's ``cast_fanout`` (`danaus.core.casting`)."""
 
     @property
     def is_host_agent(self) -> bool:

@@ -37,6 +37,7 @@ from danaus import tracing
 from danaus.core.agents import HOST_AGENT, PROC_AGENT, HostAgent, ProcAgent
 from danaus.core.attach import ATTACH_TIMEOUT
 from danaus.core.blocking import ActorThread
+from danaus.core.casting import DEFAULT_FANOUT
 from danaus.core.faults import HostControl
 from danaus.core.owned import STOP_TIMEOUT
 from danaus.core.runtime import Runtime, cancel_leftover_tasks
@@ -198,6 +199,7 @@ class TcpWorld(World):
         workers: Sequence[str] | None = None,
         job_key: Any = None,
         host_control: HostControl | None = None,
+        cast_fanout: int = DEFAULT_FANOUT,
         **limits: float | None,
     ) -> TcpWorld:
         """The controller's world: the root proc, the directory, and this host's agent.
@@ -208,8 +210,9 @@ class TcpWorld(World):
         ``DANAUS_WORKERS``), it attaches to them at once: they are the job's
         hosts (``hosts()``), and ``this_host()`` in the controller is the first
         of them. ``host_control`` gives chaos runs power over the workers'
-        machines (`danaus.transports.tcp.faults`). ``limits`` are the options
-        of `Limits.from_options`.
+        machines (`danaus.transports.tcp.faults`). ``cast_fanout`` is the job's
+        (`danaus.core.casting`), handed to every proc. ``limits`` are the
+        options of `Limits.from_options`.
         """
         # What only a controller runs is imported here, off a worker's start-up.
         from danaus.admin.service import AdminService
@@ -234,6 +237,7 @@ class TcpWorld(World):
             job_hosts=job_hosts,
             host_control=host_control,
         )
+        world.cast_fanout = cast_fanout
         world.trace_file = trace_file
         if admin:
             world.admin_socket = AdminSocket(world, admin_host)
@@ -282,6 +286,7 @@ class TcpWorld(World):
             remote=boot.is_host_agent,
         )
         world._setup = boot.setup
+        world.cast_fanout = boot.cast_fanout
         world.transport.on_control = world._worker_control
         if boot.is_host_agent:
             world.registry = RemoteRegistry(world.transport)
@@ -312,6 +317,7 @@ class TcpWorld(World):
                 "limits": msgspec.structs.asdict(self.limits),
                 "hosts": list(self.job_hosts),
                 "remote": self.remote,
+                "cast_fanout": self.cast_fanout,
                 **fields,
             }
         )
