@@ -280,8 +280,8 @@ class Nic:
         ):
             self.counters.access_naks_sent += 1
             self._links.expect_payload(link, length, None)
+            self._error(qp)  # before the NAK: whoever hears it finds this side failed already
             self._answer(qp, Kind.NAK, psn, Nak.REMOTE_ACCESS)
-            self._error(qp)
             return
         memory = memory_at(header.address, header.length, region.keep)
         if kind is Kind.READ:
