@@ -20,6 +20,7 @@ from danaus.transports.tcp.limits import Limits, MiB
 from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.tcp.security import JobKeys, ZapHandler
 from danaus.transports.tcp.sockets import bind_router
+from danaus.transports.tcp.streams import LOCAL_PREFIX, parse_address
 from tests.tcp.conftest import wait_until
 
 GREETING = b"\xff" + bytes(8) + b"\x7f" + bytes([3, 0]) + b"CURVE".ljust(20, b"\0") + bytes(32)
@@ -66,16 +67,30 @@ def rss_mib(pid: int) -> float:
     raise AssertionError("no VmRSS")
 
 
-def host_port(address: str) -> tuple[str, int]:
-    host, port = address.removeprefix("tcp://").rsplit(":", 1)
-    return host, int(port)
+def connect(address: str) -> socket.socket:
+    """A connection to ``address``: ``tcp://host:port`` (a data address's TCP socket), or
+    ``local:NAME`` (its Unix socket)."""
+    if address.startswith(LOCAL_PREFIX):
+        raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        raw.settimeout(10)
+        raw.connect("\0" + address.removeprefix(LOCAL_PREFIX))
+        return raw
+    host, port, _ = parse_address(address)
+    return socket.create_connection((host, port), timeout=10)
+
+
+def ways_in(data_address: str) -> list[str]:
+    """A data plane's TCP socket and its Unix socket, as `connect` takes them."""
+    host, port, local = parse_address(data_address)
+    assert local is not None, f"{data_address} names no Unix socket"
+    return [f"tcp://{host}:{port}", LOCAL_PREFIX + local]
 
 
 def stream_zeros(address: str, prefix: bytes, limit: int) -> int:
     """Send ``prefix`` then zeros until the peer hangs up or ``limit`` bytes are sent."""
     sent = 0
     zeros = bytes(MiB)
-    with socket.create_connection(host_port(address), timeout=10) as raw:
+    with connect(address) as raw:
         raw.sendall(GREETING)
         raw.recv(64)
         with contextlib.suppress(OSError):
@@ -100,7 +115,7 @@ def hang_up_on(address: str, prefix: bytes) -> socket.socket:
     Held open, the connection stays in the kernel's table on the proc's side, so
     the proc can name its peer however late it looks.
     """
-    raw = socket.create_connection(host_port(address), timeout=10)
+    raw = connect(address)
     raw.sendall(GREETING)
     raw.recv(64)
     raw.sendall(prefix)
@@ -113,7 +128,7 @@ def hang_up_on(address: str, prefix: bytes) -> socket.socket:
 def test_a_handshake_declaring_a_gigabyte_is_refused_before_the_proc_allocates_it(target):
     mesh, first, pid, control_address, data_address = target
     before = rss_mib(pid)
-    for address in (control_address, data_address):
+    for address in (control_address, *ways_in(data_address)):
         sent = stream_zeros(address, huge_hello(1 << 30), limit=256 * MiB)
         assert sent < 64 * MiB, f"{address} kept reading {sent} bytes of a 1 GiB handshake"
     assert rss_mib(pid) - before < 16, "the proc grew while refusing the handshakes"
@@ -127,7 +142,8 @@ def test_a_refused_handshake_is_logged_once_with_the_peers_address(target):
     def refusals() -> list[str]:
         return [line for line in first.logged.call_one().get(timeout=30) if "refused" in line]
 
-    held = [hang_up_on(address, huge_hello(1 << 30)) for address in (control_address, data_address)]
+    data_tcp, _ = ways_in(data_address)
+    held = [hang_up_on(address, huge_hello(1 << 30)) for address in (control_address, data_tcp)]
     try:
         wait_until(lambda: len(refusals()) >= 1, 10, "the refusal logged")
         assert "127.0.0.1" in refusals()[0]
@@ -207,7 +223,7 @@ def test_every_kind_of_refusal_is_logged_with_the_peer_address(lone_router, capl
 
     def raw(data: bytes):
         def attack(stack: contextlib.ExitStack) -> None:
-            sock = stack.enter_context(socket.create_connection(host_port(address), timeout=10))
+            sock = stack.enter_context(connect(address))
             sock.sendall(data)
 
         return attack

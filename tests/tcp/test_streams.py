@@ -115,6 +115,22 @@ def test_messages_of_every_size_arrive_whole_and_in_order(loop, encrypt):
     assert arrived == [("a", message) for message in sent]
 
 
+def test_a_peer_on_this_host_is_reached_over_its_unix_socket_else_over_tcp(loop):
+    keys = JobKeys.generate()
+    sender, _ = make_plane(loop, "a", keys)
+    near, near_inbox = make_plane(loop, "near", keys)
+    far, far_inbox = make_plane(loop, "far", keys)
+    host, port, _ = parse_address(far.address)
+    sender.resolved("near", near.address)
+    sender.resolved("far", f"tcp://{host}:{port},local:danaus-not-on-this-host")
+    sender.send("near", [b"to near"])
+    sender.send("far", [b"to far"])
+    assert near_inbox.wait_for(1) == [("a", [b"to near"])]
+    assert far_inbox.wait_for(1) == [("a", [b"to far"])]
+    families = {dest: connection._sock.family for dest, connection in sender._outbound.items()}
+    assert families == {"near": socket.AF_UNIX, "far": socket.AF_INET}
+
+
 def test_each_thread_sending_to_a_peer_keeps_its_order(loop):
     keys = JobKeys.generate()
     sender, _ = make_plane(loop, "a", keys)
@@ -196,8 +212,18 @@ def test_a_peer_with_another_key_is_refused_and_logged(loop, caplog):
     assert inbox.messages == [("a", [b"member"])]
 
 
-def _connect(address: str) -> socket.socket:
-    return socket.create_connection(parse_address(address), timeout=10)
+def _connect(address: str, way: str = "tcp") -> socket.socket:
+    """A raw connection to a plane's TCP socket, or (``way="local"``) its Unix socket."""
+    host, port, local = parse_address(address)
+    if way == "tcp":
+        return socket.create_connection((host, port), timeout=10)
+    raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    raw.settimeout(10)
+    raw.connect(f"\0{local}")
+    return raw
+
+
+WAYS_IN = pytest.mark.parametrize("way", ["tcp", "local"])
 
 
 def _closed_by_peer(raw: socket.socket) -> bool:
@@ -209,9 +235,10 @@ def _closed_by_peer(raw: socket.socket) -> bool:
     return True
 
 
-def test_a_stranger_gets_a_greeting_and_is_closed_after_a_wrong_answer(loop):
+@WAYS_IN
+def test_a_stranger_gets_a_greeting_and_is_closed_after_a_wrong_answer(loop, way):
     receiver, inbox = make_plane(loop, "b", JobKeys.generate())
-    with _connect(receiver.address) as raw:
+    with _connect(receiver.address, way) as raw:
         greeting = raw.recv(challenge.GREETING_BYTES)
         assert greeting.startswith(challenge.MAGIC)
         with contextlib.suppress(OSError):
@@ -220,22 +247,24 @@ def test_a_stranger_gets_a_greeting_and_is_closed_after_a_wrong_answer(loop):
     assert inbox.messages == []
 
 
-def test_a_silent_stranger_is_closed_at_the_handshake_timeout(loop):
+@WAYS_IN
+def test_a_silent_stranger_is_closed_at_the_handshake_timeout(loop, way):
     receiver, _ = make_plane(loop, "b", JobKeys.generate(), Limits(handshake_timeout=0.3))
-    with _connect(receiver.address) as raw:
+    with _connect(receiver.address, way) as raw:
         started = time.monotonic()
         raw.recv(challenge.GREETING_BYTES)
         assert _closed_by_peer(raw)
         assert time.monotonic() - started < 5
 
 
-def test_strangers_beyond_the_pending_limit_are_refused_at_once(loop):
+@WAYS_IN
+def test_strangers_beyond_the_pending_limit_are_refused_at_once(loop, way):
     limits = Limits(max_pending_handshakes=2, handshake_timeout=30)
     receiver, _ = make_plane(loop, "b", JobKeys.generate(), limits)
-    held = [_connect(receiver.address) for _ in range(2)]
+    held = [_connect(receiver.address, way) for _ in range(2)]
     for raw in held:
         raw.recv(challenge.GREETING_BYTES)
-    with _connect(receiver.address) as extra:
+    with _connect(receiver.address, way) as extra:
         assert extra.recv(challenge.GREETING_BYTES) == b"", "the third was not closed at once"
     for raw in held:
         raw.close()

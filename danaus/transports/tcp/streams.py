@@ -1,11 +1,15 @@
 """The tcp data plane: core messages on TCP connections of their own, sealed per record.
 
-Each proc listens on one socket; a proc that sends to a peer opens one
-connection to it, which carries only that proc's messages to that peer, in the
-order sent. A connection first passes the challenge of
-`danaus.transports.challenge` (fixed-size messages under a deadline, at most
-``max_pending_handshakes`` strangers at once, every refusal logged), which also
-agrees the connection's session key; then it carries records
+Each proc listens on a TCP socket, and on a Unix socket of the abstract
+namespace that only processes of its own network namespace (its host) can reach;
+a proc that sends to a peer opens one connection to it, which carries only that
+proc's messages to that peer, in the order sent. It tries the peer's Unix socket
+first, which on the same host spares every message the TCP stack (a round trip
+costs about half), and the TCP socket when that one cannot be reached (a peer on
+another host, or in another network namespace). A connection first passes the
+challenge of `danaus.transports.challenge` (fixed-size messages under a
+deadline, at most ``max_pending_handshakes`` strangers at once, every refusal
+logged), which also agrees the connection's session key; then it carries records
 (`danaus.transports.tcp.records`): AES-GCM with the job's ``encrypt`` (the
 default), in clear with ``encrypt=False``.
 
@@ -24,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import socket
 import threading
 import time
@@ -65,14 +70,25 @@ waiting for an address or a connection (`StreamPlane.drain`), then the rest."""
 DRAIN_POLL = 0.002
 
 
-def parse_address(address: str) -> tuple[str, int]:
-    """``tcp://host:port`` (an IPv6 host in brackets) as a host and a port."""
-    host, _, port = address.removeprefix("tcp://").rpartition(":")
-    return host.strip("[]"), int(port)
+LOCAL_PREFIX = "local:"
+"""How a data address names its Unix socket (after the TCP address and a comma)."""
 
 
-def _format_address(host: str, port: int) -> str:
-    return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
+def parse_address(address: str) -> tuple[str, int, str | None]:
+    """``tcp://host:port[,local:NAME]`` as a host, a port and the abstract socket name, if any.
+
+    An IPv6 host is in brackets. Raises `ValueError` for anything else.
+    """
+    tcp, _, local = address.partition(",")
+    host, _, port = tcp.removeprefix("tcp://").rpartition(":")
+    if local and not local.startswith(LOCAL_PREFIX):
+        raise ValueError(f"not a data address: {address!r}")
+    return host.strip("[]"), int(port), local.removeprefix(LOCAL_PREFIX) or None
+
+
+def _format_address(host: str, port: int, local: str) -> str:
+    tcp = f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
+    return f"{tcp},{LOCAL_PREFIX}{local}"
 
 
 def _listen(bind_host: str) -> socket.socket:
@@ -85,8 +101,19 @@ def _listen(bind_host: str) -> socket.socket:
     return listener
 
 
+def _listen_local(proc: str) -> tuple[socket.socket, str]:
+    """A listening Unix socket of the abstract namespace, and its name (unguessable)."""
+    name = f"danaus-{proc[:40]}-{secrets.token_hex(8)}"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0" + name)
+    listener.listen(socket.SOMAXCONN)
+    listener.setblocking(False)
+    return listener, name
+
+
 def _tuned(sock: socket.socket) -> socket.socket:
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if sock.family != socket.AF_UNIX:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.setblocking(False)
     return sock
 
@@ -132,7 +159,8 @@ class StreamPlane:
         self._lookup = lookup
         self.refusals = refusals
         self._listener = _listen(bind_host)
-        self.address = _format_address(*self._listener.getsockname()[:2])
+        self._local, local = _listen_local(proc)
+        self.address = _format_address(*self._listener.getsockname()[:2], local)
         self._lock = threading.Lock()
         self._outbound: dict[str, Outbound] = {}
         self._addresses: dict[str, str] = {}
@@ -145,7 +173,8 @@ class StreamPlane:
 
     def start(self) -> None:
         """Begin accepting connections (on the loop's thread, or before the loop runs)."""
-        self.loop.add_reader(self._listener.fileno(), self._accept_ready)
+        for listener in (self._listener, self._local):
+            self.loop.add_reader(listener.fileno(), self._accept_ready, listener)
 
     def on_loop_thread(self) -> bool:
         return asyncio._get_running_loop() is self.loop
@@ -206,26 +235,27 @@ class StreamPlane:
 
     # ---- accepting --------------------------------------------------------------------
 
-    def _accept_ready(self) -> None:
+    def _accept_ready(self, listener: socket.socket) -> None:
         while True:
             try:
-                conn, peer = self._listener.accept()
+                conn, peer = listener.accept()
             except BlockingIOError:
                 return
             except OSError as exc:
                 log.error("proc %s: accepting a data connection failed: %r", self.proc, exc)
                 return
             _tuned(conn)
+            where = peer[0] if listener is self._listener else "this host (Unix socket)"
             if self._strangers >= self.limits.max_pending_handshakes:
                 self._refuse(
                     conn,
-                    peer[0],
+                    where,
                     f"{self._strangers} connections are already proving themselves "
                     "(max_pending_handshakes)",
                 )
                 continue
             self._strangers += 1
-            task = self.loop.create_task(self._challenge(conn, peer[0]))
+            task = self.loop.create_task(self._challenge(conn, where))
             self._handshakes.add(task)
             task.add_done_callback(self._handshakes.discard)
 
@@ -294,8 +324,9 @@ class StreamPlane:
         if self.stopping:
             return
         self.stopping = True
-        self.loop.remove_reader(self._listener.fileno())
-        self._listener.close()
+        for listener in (self._listener, self._local):
+            self.loop.remove_reader(listener.fileno())
+            listener.close()
         for task in list(self._handshakes):
             task.cancel()
         with self._lock:
@@ -401,11 +432,13 @@ class Outbound:
         A peer that fails the challenge is not tried again: its messages are dropped.
         """
         plane = self._plane
-        host, port = parse_address(self._address)
+        host, port, local = parse_address(self._address)
         pause = RETRY_PAUSE
         while True:
-            family = socket.AF_INET6 if ":" in host else socket.AF_INET
-            sock = _tuned(socket.socket(family, socket.SOCK_STREAM))
+            sock = await self._local(local)
+            if sock is None:
+                family = socket.AF_INET6 if ":" in host else socket.AF_INET
+                sock = _tuned(socket.socket(family, socket.SOCK_STREAM))
             try:
                 exchange = await asyncio.wait_for(
                     self._prove(sock, host, port), plane.limits.handshake_timeout
@@ -438,9 +471,22 @@ class Outbound:
             if not self._write():
                 self._arm()
 
+    async def _local(self, name: str | None) -> socket.socket | None:
+        """A socket connected to the peer's Unix socket, if this host has it (else None)."""
+        if name is None:
+            return None
+        sock = _tuned(socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
+        try:
+            await self._plane.loop.sock_connect(sock, "\0" + name)
+        except OSError:
+            sock.close()  # on another host, or in another network namespace
+            return None
+        return sock
+
     async def _prove(self, sock: socket.socket, host: str, port: int) -> challenge.Exchange:
         plane = self._plane
-        await plane.loop.sock_connect(sock, (host, port))
+        if sock.family != socket.AF_UNIX:
+            await plane.loop.sock_connect(sock, (host, port))
         greeting = await _receive_exactly(plane.loop, sock, challenge.GREETING_BYTES)
         challenge.read_greeting(greeting)
         own = challenge.Ephemeral()
@@ -634,6 +680,9 @@ class Inbound:
                     exc,
                 )
                 self.close()
+            if count < target.nbytes:
+                return  # the socket had no more: the loop calls again when it has
+
 
     def _records(self) -> None:
         """Take every whole record in the read buffer; begin reading a large one apart."""
