@@ -138,10 +138,31 @@ _SCALARS = frozenset((int, float, bool, str, type(None)))
 """Types that cloudpickle pickles exactly as pickle does (no reducer looks at them), and
 pickle does without the cost of making a cloudpickle pickler (several times their own)."""
 
+PLAIN_MAX_ITEMS = 8
+"""Containers up to this length are looked into for `_plain`."""
+
+
+def _plain(obj: Any, depth: int = 2) -> bool:
+    """Whether ``obj`` is a scalar, or a short tuple, list or dict of such (``depth`` levels).
+
+    Such a value, as the arguments ``((1, "x"), {})`` of most calls, pickles the
+    same with pickle as with cloudpickle, and holds no buffer to send out of band.
+    """
+    kind = type(obj)
+    if kind in _SCALARS:
+        return True
+    if depth == 0 or kind not in _CONTAINERS or len(obj) > PLAIN_MAX_ITEMS:
+        return False
+    if kind is dict:
+        return all(type(key) in _SCALARS for key in obj) and all(
+            _plain(value, depth - 1) for value in obj.values()
+        )
+    return all(_plain(item, depth - 1) for item in obj)
+
 
 def dumps(obj: Any, what: str = "value") -> list[Buffer]:
     """Pickle ``obj`` into frames; raise `SerializationError` naming ``what`` on failure."""
-    if type(obj) in _SCALARS:
+    if _plain(obj):
         return [pickle.dumps(obj, protocol=5)]
     buffers: list[pickle.PickleBuffer] = []
     stream = io.BytesIO()
