@@ -41,7 +41,8 @@ class Target(Actor):
 
     @endpoint
     def facts(self) -> tuple[int, str]:
-        return os.getpid(), context().actor_instance._runtime.transport.data.large.address
+        transport = context().actor_instance._runtime.transport
+        return os.getpid(), transport.data.ucx().listening().result(30)
 
     @endpoint
     def logged(self) -> list[str]:
@@ -61,7 +62,7 @@ def target():
 
 def on_ucx(coro, timeout: float = 60):
     """Run ``coro`` on this process's UCX loop (where ucxx endpoints must live)."""
-    loop = config.installed().transport.data.large.loop
+    loop = config.installed().transport.data.ucx().loop
     return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
 
 

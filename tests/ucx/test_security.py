@@ -44,7 +44,7 @@ class Echo(Actor):
     @endpoint
     def ucx_address(self) -> tuple[str, str]:
         transport = context().actor_instance._runtime.transport
-        return transport.proc_id, transport.data.large.address
+        return transport.proc_id, transport.data.ucx().listening().result(30)
 
 
 @pytest.fixture
@@ -66,7 +66,6 @@ def knock(proc: str, address: str, secret: bytes) -> UcxPlane:
         Limits(),
         RefusalLog(),
         lambda src, frames: None,
-        lambda dest: None,
     )
     plane.resolved(proc, address)
     plane.send(proc, [DATA, b"not a header", b"payload"])

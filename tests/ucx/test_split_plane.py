@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
+from concurrent.futures import Future
+from typing import Any
 
 import pytest
 
@@ -12,7 +15,8 @@ pytest.importorskip("ucxx")
 
 import danaus
 from danaus import Actor, endpoint, this_host
-from danaus.transports.ucx.split import LARGE_BYTES, SplitPlane
+from danaus.transports.ucx.split import ASK, AT, LARGE_BYTES, NONE, SplitPlane
+from tests.tcp.conftest import wait_until
 
 
 class Recorder(Actor):
@@ -50,38 +54,135 @@ def test_large_and_small_messages_of_one_sender_arrive_in_order():
         danaus.shutdown()
 
 
+class Probe(Actor):
+    @endpoint
+    def take(self, payload: bytes) -> int:
+        return len(payload)
+
+    @endpoint
+    def ucx_started(self) -> bool:
+        return any(thread.name == "danaus-ucx" for thread in threading.enumerate())
+
+
+def test_ucx_starts_in_a_proc_only_once_it_has_bulk_to_move():
+    danaus.configure(transport="ucx")
+    try:
+        probes = this_host().spawn_procs({"w": 2}).spawn("probes", Probe)
+        assert list(probes.take.call(b"small").get(timeout=60).values()) == [5, 5]
+        assert list(probes.ucx_started.call().get(timeout=60).values()) == [False, False]
+        receiver = probes.slice(w=1)
+        for _ in range(2):
+            assert receiver.take.call_one(bytes(LARGE_BYTES)).get(timeout=60) == LARGE_BYTES
+        wait_until(lambda: receiver.ucx_started.call_one().get(timeout=60), 30, "UCX started")
+        assert probes.slice(w=0).ucx_started.call_one().get(timeout=60) is False
+    finally:
+        danaus.shutdown()
+
+
 class _Plane:
-    address = "here"
+    """A plane that keeps what it is given; as UCX, it listens at ``here:1`` at once."""
+
+    address = "here:1"
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, list[bytes]]] = []
+        self.resolved_to: dict[str, str] = {}
 
     def send(self, dest: str, message: list[bytes]) -> None:
         self.sent.append((dest, message))
 
+    def resolved(self, dest: str, address: str) -> None:
+        self.resolved_to[dest] = address
 
-def _split() -> tuple[
-    SplitPlane, _Plane, _Plane, list[tuple[str, list[bytes]]], asyncio.AbstractEventLoop
-]:
+    def listening(self) -> Future[str]:
+        found: Future[str] = Future()
+        found.set_result(self.address)
+        return found
+
+
+def _split(
+    start_large: Any = None,
+) -> tuple[SplitPlane, _Plane, _Plane, list[tuple[str, list[bytes]]], asyncio.AbstractEventLoop]:
     loop = asyncio.new_event_loop()
     delivered: list[tuple[str, list[bytes]]] = []
     small, large = _Plane(), _Plane()
-    split = SplitPlane("p", small, large, loop, lambda src, frames: delivered.append((src, frames)))  # type: ignore[arg-type]
+    split = SplitPlane(
+        "p",
+        small,  # type: ignore[arg-type]
+        start_large or (lambda: large),
+        loop,
+        lambda src, frames: delivered.append((src, frames)),
+    )
     return split, small, large, delivered, loop
 
 
-def test_a_message_is_sent_by_size_and_numbered_per_receiver():
+def _number(message: list[bytes]) -> int:
+    return int.from_bytes(message[-1], "little")
+
+
+def test_large_messages_go_on_tcp_until_the_peer_says_where_it_listens_on_ucx():
     split, small, large, _, loop = _split()
     split.send("b", [b"D", b"x"])
     split.send("b", [b"D", bytes(LARGE_BYTES)])
-    split.send("c", [b"D", b"y"])
-    assert [(dest, message[-1]) for dest, message in small.sent] == [
+    split.send("b", [b"D", bytes(LARGE_BYTES)])
+    assert [(dest, m[-1]) for dest, m in small.sent] == [
         ("b", (0).to_bytes(8, "little")),
-        ("c", (0).to_bytes(8, "little")),
+        ("b", (1).to_bytes(8, "little")),
+        ("b", ASK),
+        ("b", (2).to_bytes(8, "little")),
+    ], "one question, after the first large message"
+    split.arrived("b", [b"10.0.0.2:4000", AT])
+    assert large.resolved_to == {"b": "10.0.0.2:4000"}
+    split.send("b", [b"D", bytes(LARGE_BYTES)])
+    split.send("b", [b"D", b"y"])
+    split.send("c", [b"D", b"z"])
+    assert [(dest, _number(m)) for dest, m in large.sent] == [("b", 3)]
+    assert [(dest, _number(m)) for dest, m in small.sent[-2:]] == [("b", 4), ("c", 0)]
+    loop.close()
+
+
+def test_a_peer_without_ucx_gets_its_large_messages_on_tcp_and_no_more_questions(caplog):
+    split, small, large, _, loop = _split()
+    split.send("b", [b"D", bytes(LARGE_BYTES)])
+    with caplog.at_level(logging.INFO, logger="danaus.ucx"):
+        split.arrived("b", [b"no UCX here", NONE])
+    split.send("b", [b"D", bytes(LARGE_BYTES)])
+    assert [m[-1] for _, m in small.sent] == [
+        (0).to_bytes(8, "little"),
+        ASK,
+        (1).to_bytes(8, "little"),
     ]
-    assert [(dest, message[-1]) for dest, message in large.sent] == [
-        ("b", (1).to_bytes(8, "little"))
-    ]
+    assert large.sent == [] and "no UCX here" in caplog.text
+    loop.close()
+
+
+def test_a_question_starts_ucx_and_is_answered_with_where_it_listens():
+    started: list[_Plane] = []
+
+    def start() -> _Plane:
+        started.append(_Plane())
+        return started[-1]
+
+    split, small, _, delivered, loop = _split(start)
+    assert started == [], "nothing starts UCX before it is needed"
+    split.arrived("a", [ASK])
+    split.arrived("c", [ASK])
+    assert len(started) == 1
+    assert small.sent == [("a", [b"here:1", AT]), ("c", [b"here:1", AT])]
+    assert delivered == [], "questions never reach the runtime"
+    loop.close()
+
+
+def test_where_ucx_cannot_start_a_question_is_answered_with_why():
+    def start() -> _Plane:
+        raise OSError("no UCX library")
+
+    split, small, _, _, loop = _split(start)
+    split.arrived("a", [ASK])
+    split.send("a", [b"D", bytes(LARGE_BYTES)])
+    [(dest, (why, marker)), (_, large_message)] = small.sent
+    assert (dest, marker) == ("a", NONE) and b"no UCX library" in why
+    assert _number(large_message) == 0, "large messages from here go on TCP, unasked"
     loop.close()
 
 

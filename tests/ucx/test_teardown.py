@@ -17,6 +17,7 @@ SCRIPT = """
 import ucxx.core
 import danaus
 from danaus import Actor, endpoint, this_host
+from danaus.core import config
 
 class Echo(Actor):
     @endpoint
@@ -25,8 +26,11 @@ class Echo(Actor):
 
 for job in range(2):
     danaus.configure(transport="ucx")
+    config.current_world().transport.data.ucx().listening().result(30)  # UCX starts on demand
     mesh = this_host().spawn_procs(per_host={"w": 2}).spawn("echo", Echo)
     assert list(mesh.echo.call(job).get(timeout=60).values()) == [job, job]
+    large = bytes(1 << 20)
+    assert all(v == large for v in mesh.echo.call(large).get(timeout=60).values())
     danaus.shutdown()
     print("context after job", job, "kept:", ucxx.core._ctx is not None)
 """

@@ -9,6 +9,7 @@ Workers inherit the controller's environment.
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import os
 from typing import Any
 
@@ -17,13 +18,10 @@ os.environ.setdefault("UCXPY_PROGRESS_MODE", "thread")
 os.environ.setdefault("UCXPY_ENABLE_PYTHON_FUTURE", "1")
 os.environ.setdefault("UCX_WARN_UNUSED_ENV_VARS", "n")
 
-try:
-    import ucxx  # noqa: F401
-except ImportError as exc:
+if importlib.util.find_spec("ucxx") is None:
     raise ImportError(
-        f"the ucx transport needs the ucxx package ({exc}); "
-        "install it with: pip install 'danaus[ucx]'"
-    ) from exc
+        "the ucx transport needs the ucxx package; install it with: pip install 'danaus[ucx]'"
+    )
 
 from danaus.core import config
 from danaus.transports.tcp import configured

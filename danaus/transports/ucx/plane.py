@@ -40,6 +40,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 import ucxx
@@ -50,7 +51,6 @@ from danaus.transports.tcp.limits import Limits
 from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.ucx import framing
 from danaus.transports.ucx.addresses import endpoint_addresses
-from danaus.transports.ucx.devices import restrict_to
 
 log = logging.getLogger("danaus.ucx")
 
@@ -160,7 +160,6 @@ class UcxPlane:
         limits: Limits,
         refusals: RefusalLog,
         receive: Callable[[str, list[Any]], None],
-        lookup: Callable[[str], None],
     ) -> None:
         self._proc = proc.encode()
         self._secret = secret
@@ -168,9 +167,8 @@ class UcxPlane:
         self._limits = limits
         self._refusals = refusals
         self._receive = receive
-        self._lookup = lookup
         self._queues: dict[str, asyncio.Queue[list[Any] | None]] = {}
-        self._addresses: dict[str, asyncio.Future[str]] = {}
+        self._addresses: dict[str, str] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._endpoints: list[Any] = []
         self._handlers: set[asyncio.Task[Any]] = set()
@@ -178,18 +176,26 @@ class UcxPlane:
         """Accepted connections still proving themselves."""
         self._stopping = False
         self._draining = False
-        restrict_to(bind_host)
         self._ucx = _UcxLoop.shared()
         self.loop = self._ucx.loop
+        self._listener: Any = None
+        self._listening: Future[str] = Future()
+        self.loop.call_soon_threadsafe(self._listen)
 
-        async def listen() -> Any:
-            return ucxx.create_listener(self._accept, connect_timeout=limits.handshake_timeout)
+    def _listen(self) -> None:
+        try:
+            self._listener = ucxx.create_listener(
+                self._accept, connect_timeout=self._limits.handshake_timeout
+            )
+        except Exception as exc:
+            log.error("ucx: proc %s cannot listen: %r", self._proc.decode(), exc)
+            self._listening.set_exception(exc)
+        else:
+            self._listening.set_result(f"{self._bind_host}:{self._listener.port}")
 
-        self._listener = self._ucx.run(listen())
-        self.address = f"{bind_host}:{self._listener.port}"
-
-    def start(self) -> None:
-        """Receiving began with the listener; nothing more to do."""
+    def listening(self) -> Future[str]:
+        """This plane's address (``host:port``), once its listener listens (from any thread)."""
+        return self._listening
 
     # ---- sending ----------------------------------------------------------------------
 
@@ -211,19 +217,8 @@ class UcxPlane:
             self._tasks[dest] = self.loop.create_task(self._send_all(dest, queue))
         queue.put_nowait(message)
 
-    def _address(self, dest: str) -> asyncio.Future[str]:
-        found = self._addresses.get(dest)
-        if found is None:
-            found = self._addresses[dest] = self.loop.create_future()
-            self._lookup(dest)
-        return found
-
     def _resolved(self, dest: str, address: str) -> None:
-        found = self._addresses.get(dest)
-        if found is None:
-            self._addresses[dest] = found = self.loop.create_future()
-        if not found.done():
-            found.set_result(address)
+        self._addresses[dest] = address
 
     async def _send_all(self, dest: str, queue: asyncio.Queue[list[Any] | None]) -> None:
         """Connect to ``dest``, pass its challenge, then send its messages in order.
@@ -250,7 +245,7 @@ class UcxPlane:
         until it succeeds or ``dest`` is declared lost (which cancels this);
         a peer that fails the challenge is not.
         """
-        host, port = (await self._address(dest)).rsplit(":", 1)
+        host, port = self._addresses[dest].rsplit(":", 1)
         pause = RETRY_PAUSE
         while True:
             endpoint = None
@@ -404,7 +399,8 @@ class UcxPlane:
                 endpoint.abort()
             if self._handlers:  # they end once their endpoint is aborted
                 await asyncio.wait(self._handlers, timeout=1)
-            self._listener.close()
+            if self._listener is not None:
+                self._listener.close()
             self._endpoints.clear()
             self._tasks.clear()
 

@@ -9,6 +9,16 @@ message of fewer than `LARGE_BYTES` bytes travels on the stream plane of the tcp
 transport (authenticated, and encrypted unless the job says ``encrypt=False``),
 and a larger one on the UCX plane.
 
+UCX starts in a proc only when the proc first has bulk to move: most procs
+(a controller that sends small calls, an actor that answers them) never pay
+for UCX's threads, its start or its teardown. The first large message for a
+peer goes on the stream plane, with a question on the side: where does the
+peer listen on UCX? The peer starts UCX if it has not yet, and answers with its
+UCX address (or why it has none, and then large messages to it stay on the
+stream plane). From the answer on, large messages to it travel on UCX. These
+questions and answers are the split plane's own, on the stream plane, and
+never reach the runtime.
+
 Each plane keeps a pair's messages in order, but two planes do not: a small
 message sent after a large one may arrive first. So each message carries its
 number in the sequence from its sender to its receiver, as a last frame of 8
@@ -18,7 +28,7 @@ hold the job's key, and each message is handed on from one queue, on the runtime
 loop's thread, so that the order given here is the order the runtime sees: at
 once when it arrived there (the stream plane's), else at the loop's next turn.
 
-A proc's data address names both planes: ``<stream address> <UCX address>``.
+A proc's data address is that of its stream plane.
 """
 
 from __future__ import annotations
@@ -29,10 +39,13 @@ import struct
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any
 
 from danaus.transports.tcp.streams import StreamPlane
-from danaus.transports.ucx.plane import UcxPlane
+
+if TYPE_CHECKING:
+    from danaus.transports.ucx.plane import UcxPlane
 
 log = logging.getLogger("danaus.ucx")
 
@@ -41,36 +54,52 @@ LARGE_BYTES = 512 * 1024
 
 _SEQUENCE = struct.Struct("<Q")
 
+ASK = b"?"
+"""The last frame of a question: where does the receiver listen on UCX?"""
+AT = b"@"
+"""The last frame of an answer: the UCX address (``host:port``) before it."""
+NONE = b"-"
+"""The last frame of an answer: no UCX here, and why, before it."""
+
+
+class UcxUnavailable(RuntimeError):
+    """UCX cannot be started in this process (the reason is the message)."""
+
 
 class SplitPlane:
     """The stream plane for small messages, the UCX plane for large ones; in order per pair.
 
-    Thread-safe: `send`, `resolved`, `forget`; `start` and `stop` run as the
-    planes they start and stop require (the runtime loop's thread).
+    Thread-safe: `send`, `resolved`, `forget`, `ucx`; `start` and `stop` run as
+    the planes they start and stop require (the runtime loop's thread).
     """
 
     def __init__(
         self,
         proc: str,
         small: StreamPlane,
-        large: UcxPlane,
+        start_large: Callable[[], UcxPlane],
         loop: asyncio.AbstractEventLoop,
         receive: Callable[[str, list[Any]], None],
     ) -> None:
         self._proc = proc
         self.small = small
-        """The stream plane (messages under `LARGE_BYTES`)."""
-        self.large = large
-        """The UCX plane (messages of `LARGE_BYTES` and more)."""
+        """The stream plane (messages under `LARGE_BYTES`, and the questions about UCX)."""
+        self._start_large = start_large
+        self._large: UcxPlane | None = None
+        self._large_failed = ""
+        """Why UCX could not be started here (empty: it has not failed)."""
+        self._starting = threading.Lock()
         self._loop = loop
         self._receive = receive
-        self.address = f"{small.address} {large.address}"
+        self.address = small.address
         self._sending = threading.Lock()
         """Held while a message is numbered and handed to its plane (which may block)."""
         self._receiving = threading.Lock()
         """Held while an arrival is put in order; never waits on a plane."""
         self._sent: dict[str, int] = {}
         """The number of the next message to each receiver."""
+        self._on_ucx: dict[str, bool] = {}
+        """Receivers asked where they listen on UCX: True once they answered with an address."""
         self._expected: dict[str, int] = {}
         """The number of the next message to hand on, from each sender."""
         self._early: dict[str, dict[int, list[Any]]] = {}
@@ -79,10 +108,71 @@ class SplitPlane:
         """Messages in order, not yet handed to the runtime: one queue for both planes."""
         self._draining = False
         """The loop's thread has been asked to hand on `_ready`."""
+        self._stopping = False
+
+    # ---- UCX, started on demand -----------------------------------------------------------
+
+    def ucx(self) -> UcxPlane:
+        """This proc's UCX plane, started now if it was not; raises `UcxUnavailable`."""
+        with self._starting:
+            if self._large is None and not self._large_failed:
+                try:
+                    self._large = self._start_large()
+                except Exception as exc:
+                    self._large_failed = f"UCX could not be started: {exc!r}"
+                    log.warning("proc %s: %s; large messages go over TCP", self._proc, exc)
+            if self._large is None:
+                raise UcxUnavailable(self._large_failed)
+            return self._large
+
+    def _asked(self, src: str) -> None:
+        """``src`` asks where this proc listens on UCX (on the loop's thread)."""
+        if self._stopping:
+            return
+        try:
+            listening = self.ucx().listening()
+        except UcxUnavailable as exc:
+            self.small.send(src, [str(exc).encode(), NONE])
+            return
+
+        def answer(done: Future[str]) -> None:
+            error = done.exception()
+            if error is None:
+                self.small.send(src, [done.result().encode(), AT])
+            else:
+                self.small.send(src, [f"UCX does not listen: {error!r}".encode(), NONE])
+
+        listening.add_done_callback(answer)
+
+    def _answered(self, src: str, frames: list[Any]) -> None:
+        """``src`` told where it listens on UCX, or why it does not (on the loop's thread)."""
+        text = bytes(frames[0]).decode(errors="replace") if len(frames) == 2 else ""
+        if bytes(frames[-1]) == AT and _is_address(text):
+            try:
+                large = self.ucx()
+            except UcxUnavailable:
+                return
+            large.resolved(src, text)
+            with self._sending:
+                if src in self._on_ucx:
+                    self._on_ucx[src] = True
+        else:
+            log.info("proc %s: large messages to %s stay on TCP: %s", self._proc, src, text)
+
+    # ---- receiving --------------------------------------------------------------------
 
     def arrived(self, src: str, frames: list[Any]) -> None:
         """A message from either plane (on its thread): hand it on in its sender's order."""
-        if len(frames) < 2 or memoryview(frames[-1]).nbytes != _SEQUENCE.size:
+        last = memoryview(frames[-1]).nbytes if frames else 0
+        if last == 1 and len(frames) <= 2:
+            marker = bytes(frames[-1])
+            if marker == ASK and len(frames) == 1:
+                self._asked(src)
+                return
+            if marker in (AT, NONE):
+                self._answered(src, frames)
+                return
+        if len(frames) < 2 or last != _SEQUENCE.size:
             log.error("proc %s: rejected a message from %s: no sequence number", self._proc, src)
             return
         (number,) = _SEQUENCE.unpack(frames[-1])
@@ -131,32 +221,38 @@ class SplitPlane:
 
     def start(self) -> None:
         self.small.start()
-        self.large.start()
 
     def send(self, dest: str, message: list[Any]) -> None:
         """Send ``message`` (kind frame first) to ``dest``, from any thread."""
         size = sum(memoryview(frame).nbytes for frame in message)
-        plane = self.large if size >= LARGE_BYTES else self.small
+        ask = False
         with self._sending:
             number = self._sent.get(dest, 0)
             self._sent[dest] = number + 1
+            plane: StreamPlane | UcxPlane = self.small
+            if size >= LARGE_BYTES:
+                if self._on_ucx.get(dest):
+                    assert self._large is not None
+                    plane = self._large
+                elif dest not in self._on_ucx and not self._large_failed:
+                    self._on_ucx[dest] = False
+                    ask = True
             plane.send(dest, [*message, _SEQUENCE.pack(number)])
+        if ask:
+            self.small.send(dest, [ASK])
 
     def resolved(self, dest: str, address: str) -> None:
-        """``dest`` receives at ``address``: both planes' addresses."""
-        small, _, large = address.partition(" ")
-        if not small or not large:
-            log.error("the data address of %s names no UCX plane: %r", dest, address)
-            return
-        self.small.resolved(dest, small)
-        self.large.resolved(dest, large)
+        """``dest`` receives at ``address`` (its stream plane's)."""
+        self.small.resolved(dest, address)
 
     def forget(self, dest: str) -> None:
         """``dest`` is lost: both planes drop it, and so does the ordering of its messages."""
         self.small.forget(dest)
-        self.large.forget(dest)
+        if self._large is not None:
+            self._large.forget(dest)
         with self._sending:
             self._sent.pop(dest, None)
+            self._on_ucx.pop(dest, None)
         with self._receiving:
             self._expected.pop(dest, None)
             self._early.pop(dest, None)
@@ -166,5 +262,14 @@ class SplitPlane:
         await self.small.drain(timeout)
 
     def stop(self) -> None:
+        self._stopping = True
         self.small.stop()
-        self.large.stop()
+        with self._starting:
+            large, self._large_failed = self._large, "the proc is stopping"
+        if large is not None:
+            large.stop()
+
+
+def _is_address(text: str) -> bool:
+    host, _, port = text.rpartition(":")
+    return bool(host) and port.isdigit()

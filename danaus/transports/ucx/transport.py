@@ -1,28 +1,36 @@
 """A proc's endpoint on the ucx transport: control on zmq (as tcp), data over UCX.
 
 The control plane (directory, heartbeats, launcher, authentication with the
-job's CURVE key) is the tcp transport's. Core messages travel over UCX to the
-address each proc publishes in the directory. `RDMABuffer` transfers are
-one-sided (`danaus.transports.ucx.rma`): the owner registers its memory with
-UCP, and readers and writers move the bytes with UCP get and put, with no
-Python running in the owner. Where the one-sided library cannot be built or
-loaded, transfers fall back to tcp's `MemoryService`, served by the owner's
-transport thread, and the fallback warning says why.
+job's CURVE key) is the tcp transport's. Core messages travel on tcp's stream
+plane when small and over UCX when large (`danaus.transports.ucx.split`).
+`RDMABuffer` transfers are one-sided (`danaus.transports.ucx.rma`): the owner
+registers its memory with UCP, and readers and writers move the bytes with UCP
+get and put, with no Python running in the owner. Where the one-sided library
+cannot be built or loaded, transfers fall back to tcp's `MemoryService`,
+served by the owner's transport thread, and the fallback warning says why.
+
+A proc starts UCX only once it needs it: for its first large message (either
+way), and for its first RDMA registration or transfer. A proc that does
+neither never pays UCX's start, threads or teardown.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+import threading
+from typing import TYPE_CHECKING, Any
 
 from danaus.core.transport import Memory, MemoryHandle, ProcLoss, memory_owner_lost
 from danaus.transports.tcp.ioloop import Settle, settler
 from danaus.transports.tcp.memory import MEMORY, Drop, decode
 from danaus.transports.tcp.transport import TcpTransport
 from danaus.transports.ucx import rma
-from danaus.transports.ucx.plane import UcxPlane
+from danaus.transports.ucx.devices import restrict_to
 from danaus.transports.ucx.split import SplitPlane
+
+if TYPE_CHECKING:
+    from danaus.transports.ucx.plane import UcxPlane
 
 log = logging.getLogger("danaus.ucx")
 
@@ -36,30 +44,65 @@ class UcxTransport(TcpTransport):
     memory_backend = "ucx"
 
     def __init__(self, *args: Any, bind_host: str, **kwargs: Any) -> None:
+        restrict_to(bind_host)  # now: UCX and the one-sided worker start later, on demand
+        self._bind_host = bind_host
+        self._memory_lock = threading.Lock()
+        self._memory_ready = False
+        self._one_sided: rma.OneSidedMemory | None = None
+        self._fallback_reason = ""
         super().__init__(*args, bind_host=bind_host, **kwargs)
-        self.one_sided, self.memory_fallback_reason = rma.available(
-            self.proc_id, self.io, bind_host
-        )
-        self.memory_one_sided = self.one_sided is not None
-        if self.one_sided is not None:
-            self.memory_devices = self.one_sided.devices
-        else:
-            log.warning("proc %s: %s", self.proc_id, self.memory_fallback_reason)
 
     def _data_plane(self, bind_host: str) -> SplitPlane:
         """Small messages on tcp's stream plane, large ones over UCX (see `SplitPlane`)."""
+
+        def start_large() -> UcxPlane:
+            from danaus.transports.ucx.plane import UcxPlane
+
+            return UcxPlane(
+                self.proc_id,
+                self._keys.secret,
+                bind_host,
+                self.limits,
+                self.refusals,
+                lambda src, frames: split.arrived(src, frames),
+            )
+
         small = self._stream_plane(bind_host, lambda src, frames: split.arrived(src, frames))
-        large = UcxPlane(
-            self.proc_id,
-            self._keys.secret,
-            bind_host,
-            self.limits,
-            self.refusals,
-            lambda src, frames: split.arrived(src, frames),
-            self._lookup,
-        )
-        split = SplitPlane(self.proc_id, small, large, self.loop, self._from_plane)
+        split = SplitPlane(self.proc_id, small, start_large, self.loop, self._from_plane)
         return split
+
+    # ---- one-sided memory, started on first use ---------------------------------------
+
+    @property
+    def one_sided(self) -> rma.OneSidedMemory | None:
+        """This proc's one-sided registrations (started now if not yet), or None."""
+        with self._memory_lock:
+            if not self._memory_ready:
+                self._memory_ready = True
+                self._one_sided, self._fallback_reason = rma.available(
+                    self.proc_id, self.io, self._bind_host
+                )
+                if self._one_sided is None:
+                    log.warning("proc %s: %s", self.proc_id, self._fallback_reason)
+            return self._one_sided
+
+    @property
+    def memory_one_sided(self) -> bool:  # type: ignore[override]
+        return self.one_sided is not None
+
+    @property
+    def memory_devices(self) -> frozenset[str]:  # type: ignore[override]
+        one_sided = self.one_sided
+        return one_sided.devices if one_sided is not None else frozenset({"cpu"})
+
+    @property
+    def memory_fallback_reason(self) -> str:  # type: ignore[override]
+        return "" if self.one_sided is not None else self._fallback_reason
+
+    def _started_one_sided(self) -> rma.OneSidedMemory | None:
+        """The one-sided registrations if they were ever started (never starts them)."""
+        with self._memory_lock:
+            return self._one_sided
 
     # ---- registered memory --------------------------------------------------------------
 
@@ -146,24 +189,27 @@ class UcxTransport(TcpTransport):
 
     def _memory_message(self, src: str, frames: list[Any]) -> None:
         """A peer dropped one of this proc's one-sided buffers; the rest is served as on tcp."""
-        if self.one_sided is not None and frames:
+        one_sided = self._started_one_sided()
+        if one_sided is not None and frames:
             try:
                 message = decode(frames[0])
             except ValueError as exc:
                 log.error("proc %s: rejected a memory message from %s: %s", self.proc_id, src, exc)
                 return
             if isinstance(message, Drop):
-                self.one_sided.unregister(message.key)
+                one_sided.unregister(message.key)
                 return
         super()._memory_message(src, frames)
 
     def _peer_lost(self, loss: ProcLoss) -> None:
         known = loss.proc in self._lost
         super()._peer_lost(loss)
-        if not known and self.one_sided is not None:
-            self.one_sided.lost(loss)
+        one_sided = self._started_one_sided()
+        if not known and one_sided is not None:
+            one_sided.lost(loss)
 
     def close(self) -> None:
         super().close()
-        if self.one_sided is not None:
-            self.io.call_soon(self.one_sided.close)
+        one_sided = self._started_one_sided()
+        if one_sided is not None:
+            self.io.call_soon(one_sided.close)
