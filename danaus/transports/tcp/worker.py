@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import faulthandler
 import importlib
 import os
 import signal
@@ -60,6 +61,8 @@ def main() -> None:
     sys.path[:0] = [p for p in boot.sys_path if p not in sys.path]
     from danaus.transports.tcp import output
 
+    # A proc killed by a fatal signal (a crash in native code) says where it was.
+    faulthandler.enable(sys.__stderr__)
     output.install(boot.proc_id, boot.host if boot.remote else None)
     worker_main(boot, parent)
 
