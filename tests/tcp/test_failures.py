@@ -10,6 +10,7 @@ import pytest
 
 from danaus import Actor, SupervisionError, endpoint, this_host
 from tests.conformance.test_supervision import record_root_failures
+from tests.tcp.conftest import run_script
 
 
 class Crasher(Actor):
@@ -49,3 +50,30 @@ def test_os_exit_ends_only_that_process(tcp):
     failure = failures.recv().get(timeout=30)
     assert failure.exit_code == 7
     assert crashers.slice(w=1).ping.call_one().get(timeout=30) == "pong"
+
+
+CRASHING_CONTROLLER = """
+import ctypes
+import danaus
+from danaus import Actor, SupervisionError, endpoint, this_host
+
+class Crasher(Actor):
+    @endpoint
+    def crash_in_native_code(self):
+        ctypes.string_at(0)
+
+danaus.unhandled_fault_hook = lambda failure: None
+crasher = this_host().spawn_procs({"w": 1}).spawn("c", Crasher)
+try:
+    crasher.crash_in_native_code.call_one().get(timeout=30)
+except SupervisionError:
+    print("supervised")
+"""
+
+
+def test_a_proc_killed_by_a_crash_tells_the_controller_where(tmp_path):
+    done = run_script(CRASHING_CONTROLLER, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "supervised" in done.stdout
+    assert "Segmentation fault" in done.stderr, done.stderr[-3000:]
+    assert "crash_in_native_code" in done.stderr, done.stderr[-3000:]
