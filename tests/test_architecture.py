@@ -63,16 +63,23 @@ for library in sys.argv[1:]:  # what Danaus imports, loaded once so that each fo
     importlib.import_module(library)
 assert not any(name == "danaus" or name.startswith("danaus.") for name in sys.modules)
 failures = {}
-for name in sys.stdin.read().split():
-    pid = os.fork()
-    if pid == 0:
-        try:
-            importlib.import_module(name)
-        except BaseException:
-            traceback.print_exc()
-            os._exit(1)
-        os._exit(0)
-    _, status = os.waitpid(pid, 0)
+running = {}
+names = sys.stdin.read().split()
+while names or running:
+    if names and len(running) < os.cpu_count():  # a child per core at a time
+        name = names.pop()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                importlib.import_module(name)
+            except BaseException:
+                traceback.print_exc()
+                os._exit(1)
+            os._exit(0)
+        running[pid] = name
+        continue
+    pid, status = os.wait()
+    name = running.pop(pid)
     if status:
         failures[name] = status
 print(json.dumps(failures))
@@ -84,7 +91,8 @@ def test_every_module_imports_alone_in_a_fresh_interpreter():
     """An import cycle shows up as a failure when the cycle is entered from the wrong module.
 
     One fresh interpreter loads the third-party libraries, then forks a child per
-    module: each child imports its module with no Danaus module loaded before it.
+    module (one per core at a time): each child imports its module with no
+    Danaus module loaded before it.
     """
     names = [n for n in all_modules() if not needs_missing_extra(n)]
     assert "danaus.transports.tcp.launcher" in names and "danaus.core.transport" in names

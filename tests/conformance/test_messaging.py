@@ -180,7 +180,7 @@ def test_async_controller_awaits_futures(run):
 def test_future_get_timeout_leaves_the_future_usable(run):
     def main():
         slow = this_host().spawn_procs().spawn("s", Slow)
-        future = slow.work.call_one(5.0)
+        future = slow.work.call_one(2.0)
         with pytest.raises(TimeoutError):
             future.get(timeout=0.5)
         assert not future.done()
