@@ -46,9 +46,10 @@ from typing import Any
 import ucxx
 
 from danaus.transports import challenge
-from danaus.transports.tcp.buffers import allocate
+from danaus.transports.tcp.buffers import BufferCache
 from danaus.transports.tcp.limits import Limits
 from danaus.transports.tcp.refusals import RefusalLog
+from danaus.transports.tcp.streams import KEPT_BYTES
 from danaus.transports.ucx import framing
 from danaus.transports.ucx.addresses import endpoint_addresses
 
@@ -346,6 +347,7 @@ class UcxPlane:
     async def _serve(self, endpoint: Any, src: str) -> None:
         """Receive the messages of member ``src`` until it says `BYE`."""
         header = bytearray(framing.HEADER_BYTES)
+        buffers = BufferCache(KEPT_BYTES)
         while True:
             try:
                 await endpoint.recv(header)
@@ -353,7 +355,7 @@ class UcxPlane:
                 if not sizes:
                     await endpoint.send(framing.BYE)
                     return
-                frames = [allocate(size) for size in sizes]
+                frames = [buffers.allocate(size) for size in sizes]
                 for frame in frames:
                     if frame.nbytes:
                         await endpoint.recv(frame)
