@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import socket
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from danaus.transports import challenge
-from danaus.transports.tcp.buffers import BufferCache
+from danaus.transports.tcp.buffers import BufferCache, allocate
 from danaus.transports.tcp.limits import Limits, MiB
 from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.tcp.security import JobKeys
@@ -313,3 +314,27 @@ def test_a_kept_buffer_is_filled_again_only_once_nothing_refers_to_it():
     assert id(cache.allocate(64 * MiB).obj) == buffer
     assert cache.allocate(300 * MiB).nbytes == 300 * MiB
     assert cache.allocate(10).nbytes == 10
+
+
+def test_other_threads_run_while_a_large_buffer_is_mapped():
+    """Populating 1 GiB takes the kernel a good part of a second: never with the GIL held."""
+    stamps: list[float] = []
+    done = threading.Event()
+
+    def spin() -> None:
+        while not done.is_set():
+            stamps.append(time.monotonic())
+
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    try:
+        started = time.monotonic()
+        buffer = allocate(1024 * MiB)
+        ended = time.monotonic()
+    finally:
+        done.set()
+        spinner.join()
+    during = [started, *(stamp for stamp in stamps if started < stamp < ended), ended]
+    longest_gap = max(later - earlier for earlier, later in itertools.pairwise(during))
+    assert buffer.nbytes == 1024 * MiB and buffer[-1] == 0
+    assert longest_gap < (ended - started) / 2, "the spinning thread was held up throughout"
