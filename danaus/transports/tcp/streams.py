@@ -57,6 +57,10 @@ READ_BYTES = 256 * 1024
 """The read buffer of a connection: records that fit are read many at a time."""
 READ_BUDGET = 4 * 1024 * 1024
 """Bytes one wake-up reads from one connection before the loop serves others."""
+UNIX_SEND_BUFFER = 4 * 1024 * 1024
+"""Bytes a Unix socket holds before a send would block, as asked (the kernel caps it at
+``net.core.wmem_max``): a 1 MiB argument is written by the sending thread at once, not
+mostly by the loop's thread as the peer drains a 208 KiB buffer (64 MiB: about 8% faster)."""
 WRITE_BATCH = 1024 * 1024
 """Bytes handed to the kernel in one call, at most."""
 WRITE_BUFFERS = 512
@@ -115,6 +119,8 @@ def _listen_local(proc: str) -> tuple[socket.socket, str]:
 def _tuned(sock: socket.socket) -> socket.socket:
     if sock.family != socket.AF_UNIX:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    else:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_SEND_BUFFER)
     sock.setblocking(False)
     return sock
 
