@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from danaus import Actor, SupervisionError, endpoint, this_host
+from danaus.transports.tcp.allocator import proc_environment
 from tests.conformance.test_supervision import record_root_failures
 from tests.tcp.conftest import run_script, wait_until
 
@@ -122,3 +123,19 @@ def test_worlds_made_one_after_another_fork_from_one_server_which_ends_with_the_
     first, second = map(int, result.stdout.split("servers", 1)[1].split())
     assert first == second, "the second world started a fork server of its own"
     wait_until(lambda: not os.path.exists(f"/proc/{first}"), 10, "the fork server to end")
+
+
+def test_procs_ask_for_huge_pages_unless_their_environment_says_otherwise(tcp, monkeypatch):
+    tcp()
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    forked = this_host().spawn_procs({"w": 1}).spawn("p", Process)
+    assert forked.variable.call_one("GLIBC_TUNABLES").get(timeout=30) == "glibc.malloc.hugetlb=1"
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0")
+    started = this_host().spawn_procs({"w": 1}).spawn("p", Process)
+    assert started.parent.call_one().get(timeout=30) == os.getpid()
+    assert started.variable.call_one("GLIBC_TUNABLES").get(timeout=30) == "glibc.malloc.hugetlb=0"
+
+
+def test_other_allocator_tunables_are_kept():
+    tunables = proc_environment({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})["GLIBC_TUNABLES"]
+    assert tunables == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"

@@ -46,6 +46,8 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import IO
 
+from danaus.transports.tcp.allocator import proc_environment
+
 SERVER_MODULE = "danaus.transports.tcp.forker"
 FORK = b"F"
 STARTED = b"S"
@@ -77,6 +79,7 @@ class ForkServer:
         try:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", SERVER_MODULE, *map(str, theirs), transport],
+                env=proc_environment(self.environment),
                 pass_fds=theirs,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,

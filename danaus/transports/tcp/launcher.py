@@ -42,6 +42,7 @@ from danaus.core.logs import LoggingOptions, OutputAggregator
 from danaus.core.transport import Launcher, ProcLoss, ProcSpec
 from danaus.progress import Progress
 from danaus.transports.tcp import control
+from danaus.transports.tcp.allocator import proc_environment
 from danaus.transports.tcp.forkserver import POOL, ForkServer
 from danaus.transports.tcp.ioloop import Settle, settler
 
@@ -276,11 +277,12 @@ class LocalLauncher(Launcher):
         """Start ``spec``'s process as a new interpreter (its `BootstrapCommand`, if it has one)."""
         world = self.world
         command = spec.command
+        extra = command.env if command is not None else {}
         try:
             popen = subprocess.Popen(
                 command.argv() if command is not None else default_argv(),
                 executable=command.program if command is not None else None,
-                env={**os.environ, **command.env} if command is not None else None,
+                env=proc_environment({**os.environ, **extra}),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
