@@ -2,14 +2,16 @@
 
 There is no RDMA hardware behind this: a read is a request to the owner's
 transport, which answers with the bytes straight from the registered memory
-(no copy on the sending side: zmq sends the memory itself), in chunks of
-``chunk_bytes``; the reader copies each chunk into the destination as it
-arrives. A write is the mirror image. No actor of the owner takes part, and a
-busy or blocked endpoint does not delay a transfer. Everything travels on the
-job's authenticated control sockets, which also carry heartbeats: a transfer
-keeps at most `WINDOW` chunks in flight, asking for (or sending) the next one
-as each arrives (or is acknowledged), so a heartbeat queued behind it on the
-same connection waits for a few chunks, never for the whole transfer.
+(no copy on the sending side: the data plane seals, or sends, the memory
+itself), in chunks of ``chunk_bytes``; the reader copies each chunk into the
+destination as it arrives. A write is the mirror image. No actor of the owner
+takes part, and a busy or blocked endpoint does not delay a transfer.
+Everything travels on the data connections between the two procs,
+authenticated and sealed as core messages are, never on the control sockets
+that carry heartbeats. A transfer keeps at most `WINDOW` chunks in flight,
+asking for (or sending) the next one as each arrives (or is acknowledged), so a
+call queued behind it on the same connection waits for a few chunks, never for
+the whole transfer.
 """
 
 from __future__ import annotations

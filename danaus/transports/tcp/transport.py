@@ -1,13 +1,13 @@
 """A proc's endpoint: a zmq control plane on the I/O thread, a data plane beside it.
 
 The control plane is one authenticated ROUTER in and a DEALER per peer out,
-served on the I/O thread: directory lookups, heartbeats, loss notices and RDMA
-transfers, none of which user code can hold up. Its refused handshakes are
-logged (`danaus.transports.tcp.handshakes`). Core messages travel on the data
-plane (`StreamPlane` here: TCP connections written by the sending thread and
-read by the runtime loop's thread; UCX for large messages on the ucx
-transport; RDMA queue pairs on verbs), so a bulk transfer never delays a
-heartbeat.
+served on the I/O thread: directory lookups, heartbeats and loss notices, none
+of which user code can hold up. Its refused handshakes are logged
+(`danaus.transports.tcp.handshakes`). Core messages travel on the data plane
+(`StreamPlane` here: TCP connections written by the sending thread and read by
+the runtime loop's thread; UCX for large messages on the ucx transport; RDMA
+queue pairs on verbs), and so do the chunks of RDMA transfers served by the
+I/O thread, so a bulk transfer never delays a heartbeat.
 
 Peers are found through the controller's directory: a proc asks where a peer
 receives and queues what it sends until the answer comes. Peers that are lost
@@ -94,7 +94,7 @@ class TcpTransport(Transport):
         self._on_frames: FrameHandler | None = None
         self._on_loss: LossHandler | None = None
         self.memory = MemoryService(
-            proc_id, self._send_raw, self.memory_backend, limits.chunk_bytes
+            proc_id, self._send_memory, self.memory_backend, limits.chunk_bytes
         )
         self.data = self._data_plane(bind_host)
         self.address = control.Address(self.router.last_endpoint.decode(), self.data.address)
@@ -185,6 +185,11 @@ class TcpTransport(Transport):
             self.memory.start(handle, offset, view, write, settle, lambda: not future.done())
 
     # ---- I/O thread ---------------------------------------------------------------------
+
+    def _send_memory(self, dest: str, message: list[Any]) -> None:
+        """Send a memory message (kind frame first) on the data plane, beside core messages."""
+        if dest not in self._lost:
+            self.data.send(dest, message)
 
     def _send_raw(self, dest: str, message: list[Any]) -> None:
         """Send a control-plane message (kind frame first), or queue it until ``dest`` is found."""
@@ -285,7 +290,10 @@ class TcpTransport(Transport):
 
     def _from_plane(self, src: str, frames: list[Any]) -> None:
         """A message on the data plane, from an authenticated peer (on the plane's thread)."""
-        if bytes(frames[0]) != DATA:
+        kind = bytes(frames[0])
+        if kind == MEMORY:
+            self.io.call_soon(self._memory_message, src, frames[1:])
+        elif kind != DATA:
             log.error("proc %s: rejected a data message of unknown kind from %s", self.proc_id, src)
         elif asyncio._get_running_loop() is self.loop:
             self._deliver(src, frames[1:])

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from danaus.core.transport import Memory, MemoryHandle, ProcLoss, memory_owner_lost
 from danaus.transports.tcp.ioloop import Settle, settler
-from danaus.transports.tcp.memory import MEMORY, Drop, decode
+from danaus.transports.tcp.memory import Drop, decode
 from danaus.transports.tcp.transport import TcpTransport
 from danaus.transports.ucx import rma
 from danaus.transports.ucx.devices import restrict_to
@@ -175,17 +175,6 @@ class UcxTransport(TcpTransport):
             self.one_sided.start(token, handle, offset, local, write, settle)
 
     # ---- I/O thread ---------------------------------------------------------------------
-
-    def _send_raw(self, dest: str, message: list[Any]) -> None:
-        """RDMA control messages (served transfers, drops) travel on UCX too."""
-        if dest not in self._lost:
-            self.data.send(dest, message)
-
-    def _from_plane(self, src: str, frames: list[Any]) -> None:
-        if bytes(frames[0]) == MEMORY:
-            self.io.call_soon(self._memory_message, src, frames[1:])
-        else:
-            super()._from_plane(src, frames)
 
     def _memory_message(self, src: str, frames: list[Any]) -> None:
         """A peer dropped one of this proc's one-sided buffers; the rest is served as on tcp."""
