@@ -30,7 +30,7 @@ POPULATE_STEP = 16 * 1024 * 1024
 """Bytes populated per call: the kernel holds the process's memory map meanwhile, and a
 thread that needs it changed (to allocate) waits for at most one step, not the whole buffer."""
 
-_libc = ctypes.CDLL(None, use_errno=True)
+_libc = ctypes.CDLL(None)
 _libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 
 

@@ -690,7 +690,6 @@ class Inbound:
             if count < target.nbytes:
                 return  # the socket had no more: the loop calls again when it has
 
-
     def _records(self) -> None:
         """Take every whole record in the read buffer; begin reading a large one apart."""
         view = self._view
