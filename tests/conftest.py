@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -12,6 +13,10 @@ from danaus import MeshFailure
 from danaus.core import config
 from danaus.core.supervision import default_unhandled_fault_hook
 from tests.cluster import CLUSTER_SIZE, Cluster, cluster, unavailable
+
+# Workers unpickle the suite's actors by importing their test modules, and so pytest: the
+# fork servers that start them import it once, before they fork (``preload``).
+os.environ.setdefault("DANAUS_PRELOAD", "pytest")
 
 SHARED_RESOURCES = {"namespace_cluster": "cluster", "slurm_cluster": "slurm"}
 """Session-wide resources, by fixture, and the group of tests that share one (pytest-xdist)."""

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+import danaus
 from danaus import Actor, SupervisionError, endpoint, this_host
 from danaus.transports.tcp.allocator import proc_environment
 from tests.conformance.test_supervision import record_root_failures
@@ -29,6 +30,12 @@ class Process(Actor):
     @endpoint
     def variable(self, name: str) -> str | None:
         return os.environ.get(name)
+
+    @endpoint
+    def importer(self, module: str) -> int | None:
+        """The pid of the process that imported ``module`` here, if it has been imported."""
+        found = sys.modules.get(module)
+        return None if found is None else found.IMPORTED_BY
 
     @endpoint
     def mark_at_exit(self, path: str) -> None:
@@ -54,6 +61,68 @@ def test_procs_are_forked_by_one_server_and_see_a_changed_environment(tcp, monke
     second = this_host().spawn_procs({"w": 1}).spawn("p", Process)
     assert second.variable.call_one("DANAUS_TEST_FORK_SERVER").get(timeout=30) == "changed"
     assert second.parent.call_one().get(timeout=30) == os.getpid()
+
+
+def test_a_changed_pytest_current_test_keeps_the_server_and_reaches_its_children(
+    tcp, monkeypatch
+):
+    tcp()
+    first = this_host().spawn_procs({"w": 1}).spawn("p", Process)
+    server = first.parent.call_one().get(timeout=30)
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/x.py::test_other (call)")
+    second = this_host().spawn_procs({"w": 1}).spawn("p", Process)
+    assert second.parent.call_one().get(timeout=30) == server
+    variable = second.variable.call_one("PYTEST_CURRENT_TEST").get(timeout=30)
+    assert variable == "tests/x.py::test_other (call)"
+    monkeypatch.delenv("PYTEST_CURRENT_TEST")
+    third = this_host().spawn_procs({"w": 1}).spawn("p", Process)
+    assert third.parent.call_one().get(timeout=30) == server
+    assert third.variable.call_one("PYTEST_CURRENT_TEST").get(timeout=30) is None
+
+
+def test_preloaded_modules_are_imported_by_the_server_before_it_forks(tcp):
+    tcp(preload=["tests.tcp.preloaded"])
+    procs = this_host().spawn_procs({"w": 2}).spawn("p", Process)
+    servers = set(procs.parent.call().get(timeout=30).values())
+    importers = set(procs.importer.call("tests.tcp.preloaded").get(timeout=30).values())
+    assert len(servers) == 1 and importers == servers
+
+
+def test_without_preload_a_worker_imports_only_what_its_code_needs(tcp):
+    tcp()
+    proc = this_host().spawn_procs({"w": 1}).spawn("p", Process)
+    assert proc.importer.call_one("tests.tcp.preloaded").get(timeout=30) is None
+
+
+def test_a_module_that_cannot_be_preloaded_is_reported_and_procs_still_start(tmp_path):
+    result = run_script(PRELOAD_FAILS, tmp_path, DANAUS_PRELOAD="tests.tcp.no_such_module, json")
+    assert result.returncode == 0, result.stderr
+    assert "answered 1" in result.stdout
+    assert "could not preload tests.tcp.no_such_module" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("preload", "error"),
+    [(["bad name"], ValueError), (["tests..preloaded"], ValueError), ("json", TypeError)],
+)
+def test_preload_names_modules(preload, error):
+    with pytest.raises(error, match="preload"):
+        danaus.configure(transport="tcp", preload=preload)
+
+
+PRELOAD_FAILS = """
+import danaus
+from danaus import Actor, endpoint, this_host
+
+class One(Actor):
+    @endpoint
+    def one(self) -> int:
+        return 1
+
+danaus.configure(transport="tcp")
+print("answered", this_host().spawn_procs().spawn("o", One).one.call_one().get(timeout=30))
+danaus.shutdown()
+"""
 
 
 def test_a_forked_proc_finalizes_its_interpreter_when_stopped(tcp, tmp_path):
@@ -107,7 +176,8 @@ class Parent(Actor):
         return os.getppid()
 
 servers = []
-for _ in range(2):
+for test in ("first", "second"):
+    os.environ["PYTEST_CURRENT_TEST"] = test  # a test runner changes it between worlds
     danaus.configure(transport="tcp")
     servers.append(this_host().spawn_procs().spawn("p", Parent).parent.call_one().get(timeout=30))
     danaus.shutdown()

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from danaus.core.faults import HostControl
+from danaus.transports.tcp.forkserver import preload_from
 from danaus.transports.tcp.limits import Limits
 from danaus.transports.tcp.world import (
     ADMIN_HOST,
@@ -40,6 +41,7 @@ def configured(
     max_pending_handshakes: int | None = None,
     max_procs_per_host: int | None = None,
     host_control: HostControl | None = None,
+    preload: Sequence[str] | None = None,
 ) -> None:
     """Check the options of ``configure(transport="tcp", ...)``.
 
@@ -50,7 +52,10 @@ def configured(
     ``workers`` are the job's workers (None: ``DANAUS_WORKERS``), attached
     with ``job_key`` (see `danaus.attach_to_workers`). ``host_control``
     gives chaos runs power over the workers' machines and the network between
-    them (`danaus.transports.tcp.faults`). The limits
+    them (`danaus.transports.tcp.faults`). ``preload`` names modules the
+    fork servers that start the job's procs import before they fork them (None:
+    ``DANAUS_PRELOAD``, names separated by commas; see
+    `danaus.transports.tcp.forkserver`). The limits
     (``max_message_bytes`` and the rest) are described in
     `danaus.transports.tcp.limits`; None takes them from the environment.
     """
@@ -58,6 +63,7 @@ def configured(
         raise ValueError("need 0 < heartbeat_interval < heartbeat_timeout")
     if host_control is not None and not isinstance(host_control, HostControl):
         raise TypeError(f"host_control must be a danaus.chaos.HostControl, not {host_control!r}")
+    preload_from(preload)
     bind_host = bind_host_from(bind_host)
     job_workers = workers_from(workers)
     if job_workers:

@@ -41,6 +41,8 @@ class Bootstrap(msgspec.Struct, frozen=True):
     """Whether the proc runs on another host than the controller (its output names its host)."""
     cast_fanout: int = DEFAULT_FANOUT
     """The job's ``cast_fanout`` (`danaus.core.casting`)."""
+    preload: list[str] = []
+    """The job's ``preload``: what a host agent's fork server imports (`forkserver`)."""
 
     @property
     def is_host_agent(self) -> bool:

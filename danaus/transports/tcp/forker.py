@@ -1,13 +1,14 @@
 """``python -m danaus.transports.tcp.forker``: the fork server's process (see
 `danaus.transports.tcp.forkserver`, the launcher's side).
 
-It imports what every worker imports, then forks a child per request, which
-becomes a worker; it reaps them and reports their ends.
+It imports what every worker imports and the job's preloads, then forks a child
+per request, which becomes a worker; it reaps them and reports their ends.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import selectors
 import socket
@@ -17,14 +18,17 @@ from danaus.transports.tcp.forkserver import (
     EXIT_MESSAGE,
     EXITED,
     FORK,
+    MAX_REQUEST,
     PID_MESSAGE,
     PRELOAD,
     STARTED,
+    VOLATILE,
 )
 
 
-def _serve(requests: socket.socket, exits: socket.socket) -> list[int] | None:
-    """Fork a child per request until the launcher hangs up; in a child, its stdio descriptors."""
+def _serve(requests: socket.socket, exits: socket.socket) -> tuple[list[int], bytes] | None:
+    """Fork a child per request until the launcher hangs up; in a child, its stdio descriptors
+    and the `VOLATILE` values it is to see (JSON)."""
     selector = selectors.DefaultSelector()
     selector.register(requests, selectors.EVENT_READ)
     children: dict[int, int] = {}
@@ -38,10 +42,10 @@ def _serve(requests: socket.socket, exits: socket.socket) -> list[int] | None:
                 exits.send(EXIT_MESSAGE.pack(EXITED, pid, os.waitstatus_to_exitcode(status)))
                 continue
             try:
-                message, fds, _, _ = socket.recv_fds(requests, 1, 3)
+                message, fds, _, _ = socket.recv_fds(requests, MAX_REQUEST, 3)
             except OSError:
                 message, fds = b"", []
-            if message != FORK or len(fds) != 3:
+            if message[:1] != FORK or len(fds) != 3:
                 return None
             try:
                 pid = os.fork()
@@ -53,7 +57,7 @@ def _serve(requests: socket.socket, exits: socket.socket) -> list[int] | None:
                 exits.close()
                 for pidfd in children:
                     os.close(pidfd)
-                return fds
+                return fds, message[1:]
             for fd in fds:
                 os.close(fd)
             if pid > 0:
@@ -63,8 +67,16 @@ def _serve(requests: socket.socket, exits: socket.socket) -> list[int] | None:
             requests.send(PID_MESSAGE.pack(STARTED, pid))
 
 
-def _become_worker(stdio: list[int]) -> None:
-    """In a forked child: take the launcher's pipes as stdio and run the worker."""
+def _become_worker(stdio: list[int], volatile: bytes) -> None:
+    """In a forked child: take the launcher's pipes as stdio and its `VOLATILE` values, and
+    run the worker."""
+    values = json.loads(volatile)
+    for name in VOLATILE:
+        value = values.get(name)
+        if isinstance(value, str):
+            os.environ[name] = value
+        else:
+            os.environ.pop(name, None)
     for target, fd in enumerate(stdio):
         os.dup2(fd, target)
         os.close(fd)
@@ -73,14 +85,31 @@ def _become_worker(stdio: list[int]) -> None:
     worker.main()
 
 
+def _preload(names: list[str], path: list[str]) -> None:
+    """Import the job's preloads with the controller's ``sys.path``; a failure is only told."""
+    sys.path[:0] = [p for p in path if p not in sys.path]
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # whatever a module raises, its workers will meet it themselves
+            print(
+                f"danaus: the fork server could not preload {name} ({exc!r}); "
+                "each proc imports it itself",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
 def main() -> None:
     requests, exits = (socket.socket(fileno=int(fd)) for fd in sys.argv[1:3])
     transport = sys.argv[3]
     for name in (*PRELOAD, f"danaus.transports.{transport}"):
         importlib.import_module(name)
-    stdio = _serve(requests, exits)
-    if stdio is not None:
-        _become_worker(stdio)
+    imports = json.loads(sys.argv[4])
+    _preload(imports["preload"], imports["sys_path"])
+    child = _serve(requests, exits)
+    if child is not None:
+        _become_worker(*child)
 
 
 if __name__ == "__main__":

@@ -24,12 +24,21 @@ or when the launcher's process ends, however it ends.
 
 A launcher that closes with every child it forked reported gone gives its
 server back to `POOL`, and the next launcher of the process for the same
-transport and environment takes it instead of starting one: a program (a test
-suite) that makes one world after another pays the server's imports once.
+transport, environment and preloads takes it instead of starting one: a program
+(a test suite) that makes one world after another pays the server's imports
+once. Environments are compared without the `VOLATILE` variables, which a test
+runner changes for every test; a child is given the launcher's values of those.
+
+``preload`` names modules the server imports as well (the job's ``preload``
+option, else ``DANAUS_PRELOAD``), with the controller's ``sys.path``: what
+workers would import anyway (``torch``, the program's own modules) is then
+imported once, not once per proc. A module that fails to import is reported on
+the server's stderr and left for each worker to import itself.
 
 Two Unix sockets (``SOCK_SEQPACKET``, so each message is whole) join them, each
 used by one thread of the launcher: on the first, its starter thread sends
-``F`` with three descriptors to ask for a child, and the server answers ``S``
+``F`` and the child's `VOLATILE` values (JSON) with three descriptors to ask for
+a child, and the server answers ``S``
 with the child's pid (or -1 if it could not fork); on the second, read by its
 I/O thread, the server sends ``E`` with a child's pid and exit code (negative
 for a signal, as `subprocess` reports it) once it has reaped it.
@@ -37,13 +46,14 @@ for a signal, as `subprocess` reports it) once it has reaped it.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import struct
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO
 
 from danaus.transports.tcp.allocator import proc_environment
@@ -61,6 +71,36 @@ PRELOAD = (
     "danaus.transports.tcp.output",
 )
 """What every worker imports before it serves its proc (the transport's own package too)."""
+VOLATILE = frozenset({"PYTEST_CURRENT_TEST"})
+"""Variables that change while a program runs and that no module reads when imported (pytest
+sets this one for each test): a server started under other values still fits."""
+MAX_REQUEST = 64 * 1024
+"""Bytes of a request for a child, at most (its `VOLATILE` values)."""
+
+
+def preload_from(option: Sequence[str] | None) -> tuple[str, ...]:
+    """The modules a fork server imports besides `PRELOAD`: ``option``, else ``DANAUS_PRELOAD``
+    (names separated by commas). Raises `ValueError` for a name that is not a module's."""
+    if option is None:
+        option = os.environ.get("DANAUS_PRELOAD", "").split(",")
+    elif isinstance(option, str):
+        raise TypeError(f"preload takes a list of module names, not the string {option!r}")
+    names = tuple(name.strip() for name in option if name.strip())
+    for name in names:
+        if not all(part.isidentifier() for part in name.split(".")):
+            raise ValueError(f"preload: {name!r} is not the name of a module")
+    return names
+
+
+def stable(environment: Mapping[str, str]) -> dict[str, str]:
+    """``environment`` without its `VOLATILE` variables."""
+    return {key: value for key, value in environment.items() if key not in VOLATILE}
+
+
+def volatile_request(environment: Mapping[str, str]) -> bytes:
+    """The request for a child that is to see ``environment``'s `VOLATILE` values."""
+    values = {key: environment.get(key) for key in sorted(VOLATILE)}
+    return FORK + json.dumps(values).encode()
 
 
 class ForkServer:
@@ -70,15 +110,20 @@ class ForkServer:
     its I/O thread, which watches `exits`.
     """
 
-    def __init__(self, transport: str) -> None:
+    def __init__(self, transport: str, preload: Sequence[str] = ()) -> None:
         self.transport = transport
-        self.environment = dict(os.environ)
-        """The environment the server, and so every child it forks, was started with."""
+        self.preload = tuple(preload)
+        self.sys_path = [p for p in sys.path if p] if preload else []
+        """Where the server looks for ``preload`` (the controller's path)."""
+        self.environment = stable(os.environ)
+        """The environment the server, and so every child it forks, was started with
+        (without its `VOLATILE` variables, which each child is given)."""
         requests, exits = (socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) for _ in "ab")
         theirs = (requests[1].fileno(), exits[1].fileno())
+        imports = json.dumps({"preload": self.preload, "sys_path": self.sys_path})
         try:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", SERVER_MODULE, *map(str, theirs), transport],
+                [sys.executable, "-m", SERVER_MODULE, *map(str, theirs), transport, imports],
                 env=proc_environment(self.environment),
                 pass_fds=theirs,
                 stdin=subprocess.DEVNULL,
@@ -97,10 +142,23 @@ class ForkServer:
 
     def fits(self, environment: Mapping[str, str]) -> bool:
         """Whether a child of the server would see ``environment``."""
-        return environment == self.environment
+        return (
+            stable(environment) == self.environment
+            and len(volatile_request(environment)) <= MAX_REQUEST
+        )
+
+    def serves(self, transport: str, preload: Sequence[str]) -> bool:
+        """Whether the server is one a launcher of ``transport`` with ``preload`` can use now."""
+        return (
+            self.transport == transport
+            and self.preload == tuple(preload)
+            and (not preload or self.sys_path == [p for p in sys.path if p])
+            and self.fits(os.environ)
+        )
 
     def fork(self) -> tuple[int, IO[bytes], IO[bytes], IO[bytes]]:
-        """A new child: its pid, its stdin to write, its stdout and stderr to read.
+        """A new child, with this process's `VOLATILE` values: its pid, its stdin to write,
+        its stdout and stderr to read.
 
         Raises `OSError` if the server could not fork it or has ended.
         """
@@ -108,7 +166,7 @@ class ForkServer:
         theirs = [pipes[0][0], pipes[1][1], pipes[2][1]]
         ours = [pipes[0][1], pipes[1][0], pipes[2][0]]
         try:
-            socket.send_fds(self._requests, [FORK], theirs)
+            socket.send_fds(self._requests, [volatile_request(os.environ)], theirs)
             answer = self._requests.recv(PID_MESSAGE.size)
             pid = PID_MESSAGE.unpack(answer)[1] if len(answer) == PID_MESSAGE.size else -1
             if pid <= 0:
@@ -161,20 +219,20 @@ class ForkServerPool:
         self._lock = threading.Lock()
         self._idle: list[ForkServer] = []
 
-    def take(self, transport: str) -> ForkServer:
-        """An idle server for ``transport`` and this environment, else a new one.
+    def take(self, transport: str, preload: Sequence[str] = ()) -> ForkServer:
+        """An idle server for ``transport``, ``preload`` and this environment, else a new one.
 
         Raises `OSError` if a new one cannot be started.
         """
         with self._lock:
             for server in self._idle:
-                if server.transport == transport and server.fits(os.environ):
+                if server.serves(transport, preload):
                     self._idle.remove(server)
                     if server.alive():
                         return server
                     server.close()
                     break
-        return ForkServer(transport)
+        return ForkServer(transport, preload)
 
     def give_back(self, server: ForkServer) -> None:
         """Keep ``server`` for a later launcher (its last one has no child of it left)."""

@@ -241,7 +241,7 @@ class LocalLauncher(Launcher):
 
     def _start_fork_server(self) -> None:
         try:
-            forks = POOL.take(self.world.name)
+            forks = POOL.take(self.world.name, self.world.preload)
         except OSError as exc:
             log.warning("procs start as new interpreters: no fork server (%s)", exc)
             return

@@ -49,6 +49,7 @@ from danaus.transports.tcp import control, hostlink, jobkey
 from danaus.transports.tcp.bootstrap import Bootstrap
 from danaus.transports.tcp.directory import Directory
 from danaus.transports.tcp.faults import SignalFaults
+from danaus.transports.tcp.forkserver import preload_from
 from danaus.transports.tcp.ioloop import IoLoop, settler
 from danaus.transports.tcp.launcher import STDOUT, LocalLauncher, Registry
 from danaus.transports.tcp.limits import Limits
@@ -144,6 +145,8 @@ class TcpWorld(World):
         """The host agents of the job's hosts (``danaus.hosts()``), if it names workers."""
         self.remote = remote
         """Whether the procs this process launches run on another host than the controller."""
+        self.preload: tuple[str, ...] = ()
+        """What the fork server of this process's launcher imports too (the job's ``preload``)."""
         self.io = IoLoop(f"danaus-io-{proc_id}")
         self.context = zmq.Context()
         """The control plane's: its zmq I/O thread, and its ZAP handler."""
@@ -200,6 +203,7 @@ class TcpWorld(World):
         job_key: Any = None,
         host_control: HostControl | None = None,
         cast_fanout: int = DEFAULT_FANOUT,
+        preload: Sequence[str] | None = None,
         **limits: float | None,
     ) -> TcpWorld:
         """The controller's world: the root proc, the directory, and this host's agent.
@@ -211,8 +215,10 @@ class TcpWorld(World):
         hosts (``hosts()``), and ``this_host()`` in the controller is the first
         of them. ``host_control`` gives chaos runs power over the workers'
         machines (`danaus.transports.tcp.faults`). ``cast_fanout`` is the job's
-        (`danaus.core.casting`), handed to every proc. ``limits`` are the
-        options of `Limits.from_options`.
+        (`danaus.core.casting`), handed to every proc. ``preload`` names modules
+        the fork servers that start the job's procs import before they fork
+        (None: ``DANAUS_PRELOAD``; `danaus.transports.tcp.forkserver`).
+        ``limits`` are the options of `Limits.from_options`.
         """
         # What only a controller runs is imported here, off a worker's start-up.
         from danaus.admin.service import AdminService
@@ -238,6 +244,7 @@ class TcpWorld(World):
             host_control=host_control,
         )
         world.cast_fanout = cast_fanout
+        world.preload = preload_from(preload)
         world.trace_file = trace_file
         if admin:
             world.admin_socket = AdminSocket(world, admin_host)
@@ -287,6 +294,7 @@ class TcpWorld(World):
         )
         world._setup = boot.setup
         world.cast_fanout = boot.cast_fanout
+        world.preload = tuple(boot.preload)
         world.transport.on_control = world._worker_control
         if boot.is_host_agent:
             world.registry = RemoteRegistry(world.transport)
@@ -318,6 +326,7 @@ class TcpWorld(World):
                 "hosts": list(self.job_hosts),
                 "remote": self.remote,
                 "cast_fanout": self.cast_fanout,
+                "preload": list(self.preload),
                 **fields,
             }
         )
