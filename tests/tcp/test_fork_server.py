@@ -88,6 +88,23 @@ def test_preloaded_modules_are_imported_by_the_server_before_it_forks(tcp):
     assert len(servers) == 1 and importers == servers
 
 
+class Torch(Actor):
+    @endpoint
+    def compute(self) -> tuple[int, float]:
+        import torch
+
+        a = torch.ones(512, 512)
+        return os.getppid(), (a @ a).sum().item() + torch.ones(4_000_000).sum().item()
+
+
+def test_procs_forked_after_torch_was_preloaded_run_its_parallel_code(tcp):
+    tcp(preload=["torch"])
+    answers = this_host().spawn_procs({"w": 2}).spawn("t", Torch).compute.call().get(timeout=60)
+    (server, _), *_ = answers.values()
+    assert server != os.getpid()
+    assert set(answers.values()) == {(server, 512.0**3 + 4_000_000)}
+
+
 def test_without_preload_a_worker_imports_only_what_its_code_needs(tcp):
     tcp()
     proc = this_host().spawn_procs({"w": 1}).spawn("p", Process)
