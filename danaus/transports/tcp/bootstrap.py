@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
+
 import msgspec
 
 from danaus.core.casting import DEFAULT_FANOUT
+
+
+def search_path() -> list[str]:
+    """This process's ``sys.path`` as the processes it starts are given it (empty entries,
+    which mean the working directory, left out: they get that directory apart)."""
+    return [p for p in sys.path if p]
+
+
+def join_search_path(path: Sequence[str]) -> None:
+    """Put the entries of ``path`` that ``sys.path`` lacks in front of it."""
+    sys.path[:0] = [p for p in path if p not in sys.path]
 
 
 class Bootstrap(msgspec.Struct, frozen=True):

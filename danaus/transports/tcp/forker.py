@@ -15,6 +15,7 @@ import selectors
 import socket
 import sys
 
+from danaus.transports.tcp.bootstrap import join_search_path
 from danaus.transports.tcp.forkserver import (
     EXIT_MESSAGE,
     EXITED,
@@ -88,7 +89,7 @@ def _become_worker(stdio: list[int], volatile: bytes) -> None:
 
 def _preload(names: list[str], path: list[str]) -> None:
     """Import the job's preloads with the controller's ``sys.path``; a failure is only told."""
-    sys.path[:0] = [p for p in path if p not in sys.path]
+    join_search_path(path)
     for name in names:
         try:
             importlib.import_module(name)

@@ -60,6 +60,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import IO
 
 from danaus.transports.tcp.allocator import proc_environment
+from danaus.transports.tcp.bootstrap import search_path
 
 SERVER_MODULE = "danaus.transports.tcp.forker"
 FORK = b"F"
@@ -95,6 +96,12 @@ def preload_from(option: Sequence[str] | None) -> tuple[str, ...]:
     return names
 
 
+def _imports(preload: Sequence[str]) -> tuple[tuple[str, ...], list[str]]:
+    """What a server for ``preload`` imports besides `PRELOAD`, and from where (this
+    process's path, which matters only to preloads)."""
+    return tuple(preload), search_path() if preload else []
+
+
 def stable(environment: Mapping[str, str]) -> dict[str, str]:
     """``environment`` without its `VOLATILE` variables."""
     return {key: value for key, value in environment.items() if key not in VOLATILE}
@@ -115,15 +122,14 @@ class ForkServer:
 
     def __init__(self, transport: str, preload: Sequence[str] = ()) -> None:
         self.transport = transport
-        self.preload = tuple(preload)
-        self.sys_path = [p for p in sys.path if p] if preload else []
-        """Where the server looks for ``preload`` (the controller's path)."""
+        self.imports = _imports(preload)
         self.environment = stable(os.environ)
         """The environment the server, and so every child it forks, was started with
         (without its `VOLATILE` variables, which each child is given)."""
         requests, exits = (socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) for _ in "ab")
         theirs = (requests[1].fileno(), exits[1].fileno())
-        imports = json.dumps({"preload": self.preload, "sys_path": self.sys_path})
+        preloads, path = self.imports
+        imports = json.dumps({"preload": preloads, "sys_path": path})
         try:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", SERVER_MODULE, *map(str, theirs), transport, imports],
@@ -154,8 +160,7 @@ class ForkServer:
         """Whether the server is one a launcher of ``transport`` with ``preload`` can use now."""
         return (
             self.transport == transport
-            and self.preload == tuple(preload)
-            and (not preload or self.sys_path == [p for p in sys.path if p])
+            and self.imports == _imports(preload)
             and self.fits(os.environ)
         )
 

@@ -45,7 +45,7 @@ PRELOADABLE = ("tcp", "ucx")
 
 
 def main() -> None:
-    from danaus.transports.tcp.bootstrap import Bootstrap
+    from danaus.transports.tcp.bootstrap import Bootstrap, join_search_path
     from danaus.transports.tcp.world import worker_main
 
     preload = sys.argv[2] if len(sys.argv) == 3 and sys.argv[1] == "--preload" else None
@@ -58,7 +58,7 @@ def main() -> None:
     parent = _die_with_parent(boot.parent_pid)
     if os.path.isdir(boot.cwd):
         os.chdir(boot.cwd)
-    sys.path[:0] = [p for p in boot.sys_path if p not in sys.path]
+    join_search_path(boot.sys_path)
     from danaus.transports.tcp import output
 
     # A proc killed by a fatal signal (a crash in native code) says where it was.

@@ -46,7 +46,7 @@ from danaus.core.trace import Trace
 from danaus.core.transport import ActorRunner, World
 from danaus.debug import hook
 from danaus.transports.tcp import control, hostlink, jobkey
-from danaus.transports.tcp.bootstrap import Bootstrap
+from danaus.transports.tcp.bootstrap import Bootstrap, search_path
 from danaus.transports.tcp.directory import Directory
 from danaus.transports.tcp.faults import SignalFaults
 from danaus.transports.tcp.forkserver import preload_from
@@ -316,7 +316,7 @@ class TcpWorld(World):
                 "heartbeat_interval": self.heartbeat_interval,
                 "heartbeat_timeout": self.heartbeat_timeout,
                 "parent_pid": os.getpid(),
-                "sys_path": [p for p in sys.path if p],
+                "sys_path": search_path(),
                 "cwd": os.getcwd(),
                 "trace": self.trace.enabled,
                 "bind_host": self.bind_host,
