@@ -26,6 +26,7 @@ from danaus.rdma import RDMABuffer
 from tests.cluster import Cluster
 from tests.multihost.conftest import DETECTED, FAST, ROOT
 from tests.tcp.conftest import wait_until
+from tests.tcp.test_fork_server import Process
 
 pytestmark = pytest.mark.multihost
 
@@ -113,20 +114,13 @@ def test_actors_on_different_hosts_call_each_other_and_read_each_others_memory(j
     assert ring.slice(hosts=0).read.call_one(far).get(timeout=120) == b"held by {'hosts': 2}"
 
 
-class Importer(Actor):
-    @endpoint
-    def importer(self) -> tuple[int | None, int]:
-        """Which process imported ``tests.tcp.preloaded`` here (if any), and this one's parent."""
-        found = sys.modules.get("tests.tcp.preloaded")
-        return (None if found is None else found.IMPORTED_BY), os.getppid()
-
-
 def test_every_hosts_fork_server_preloads_the_jobs_modules(namespace_cluster, transport):
     options = {**namespace_cluster.controller_options(), **FAST}
     danaus.configure(transport=transport, preload=["tests.tcp.preloaded"], **options)
     try:
-        procs = hosts().spawn_procs(per_host={"gpus": 2}).spawn("i", Importer)
-        answers = list(procs.importer.call().get(timeout=120).values())
+        procs = hosts().spawn_procs(per_host={"gpus": 2}).spawn("p", Process)
+        importers = procs.importer.call("tests.tcp.preloaded").get(timeout=120).values()
+        answers = list(zip(importers, procs.parent.call().get(timeout=120).values()))
     finally:
         danaus.shutdown()
     assert all(importer == server for importer, server in answers), answers
