@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+from collections.abc import Callable
 
 import pytest
 
 from danaus.core.actor_loop import ActorLoop
+from danaus.core.blocking import ActorThread
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -64,3 +66,49 @@ def test_a_loop_watching_a_socket_hears_both_the_socket_and_other_threads(loop):
     assert asyncio.run_coroutine_threadsafe(asyncio.sleep(0.01, "lock again"), loop).result(10)
     ours.close()
     theirs.close()
+
+
+def hand_over(loop: ActorLoop, work: Callable[[], None]) -> None:
+    """What the runtime does with an actor's work: on the actor's loop, else (it ended) here."""
+    try:
+        loop.call_soon_threadsafe(work)
+    except RuntimeError:
+        work()
+
+
+def from_another_thread(fn: Callable[[], None]) -> None:
+    thread = threading.Thread(target=fn)
+    thread.start()
+    thread.join(10)
+
+
+def test_work_handed_over_just_before_the_loop_closes_still_runs_once():
+    runner = ActorThread("test-actor")
+    ran: list[int] = []
+    close = runner.loop.close
+
+    def close_after_a_late_hand_over() -> None:
+        from_another_thread(lambda: hand_over(runner.loop, lambda: ran.append(1)))
+        close()
+
+    runner.loop.close = close_after_a_late_hand_over
+    runner.close()
+    runner._thread.join(10)
+    assert ran == [1]
+
+
+def test_work_handed_over_after_the_loop_stopped_runs_on_its_thread():
+    runner = ActorThread("test-actor")
+    ran_on: list[int] = []
+    shut = runner.loop.shut
+
+    def shut_after_a_late_hand_over() -> None:
+        from_another_thread(
+            lambda: hand_over(runner.loop, lambda: ran_on.append(threading.get_ident()))
+        )
+        shut()
+
+    runner.loop.shut = shut_after_a_late_hand_over
+    runner.close()
+    runner._thread.join(10)
+    assert ran_on == [runner._thread.ident]

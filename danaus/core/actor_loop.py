@@ -63,11 +63,31 @@ class _LockSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
 
 
 class ActorLoop(asyncio.SelectorEventLoop):
-    """An asyncio loop for an actor's thread (see the module docstring)."""
+    """An asyncio loop for an actor's thread (see the module docstring).
+
+    Its end has two steps, so that no work handed to it is lost: `shut` (from
+    then on `call_soon_threadsafe` raises `RuntimeError`, as on a closed loop,
+    and the caller runs the work itself), then running what it took before,
+    then ``close``. A plain loop drops, without a word, what another thread
+    handed it after it last ran and before it closed.
+    """
 
     def __init__(self) -> None:
         self._bell_selector = _LockSelector()
+        self._door = threading.Lock()
+        self._shut = False
         super().__init__(self._bell_selector)
+
+    def call_soon_threadsafe(self, callback: Any, *args: Any, context: Any = None) -> Any:
+        with self._door:
+            if self._shut:
+                raise RuntimeError("this actor's loop takes no more work")
+            return super().call_soon_threadsafe(callback, *args, context=context)
+
+    def shut(self) -> None:
+        """Take no more work from other threads; what they handed over before still runs."""
+        with self._door:
+            self._shut = True
 
     def _write_to_self(self) -> Any:
         if not self._bell_selector.ring():

@@ -245,6 +245,8 @@ class ActorThread(ActorRunner):
         asyncio.set_event_loop(self.loop)
         try:
             self.loop.run_forever()
+            self.loop.shut()
+            # The work handed over before the loop shut runs first: it was queued first.
             self.loop.run_until_complete(cancel_leftover_tasks())
         finally:
             self.loop.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Generator
 from typing import Any, Generic, TypeVar
 
@@ -87,7 +88,8 @@ class Future(Generic[R]):
             return target
 
         def forward(src: asyncio.Future[R]) -> None:
-            running.call_soon_threadsafe(transfer_outcome, src, target)
+            with contextlib.suppress(RuntimeError):  # that loop has closed: nobody can await target
+                running.call_soon_threadsafe(transfer_outcome, src, target)
 
         self._loop.call_soon_threadsafe(self._afut.add_done_callback, forward)
         return target

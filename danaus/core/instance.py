@@ -390,8 +390,8 @@ class Instance:
     def _on_actor(self, fn: Callable[..., None], *args: Any) -> None:
         """Run ``fn(*args)`` on this actor's thread: at once if its loop is the runtime's.
 
-        Once the actor's loop has closed, the actor is gone; ``fn`` then runs
-        here and finds it so.
+        Once the actor's loop takes no more work, the actor is gone; ``fn``
+        then runs here and finds it so.
         """
         if self.loop is self._runtime.loop:
             fn(*args)
@@ -418,10 +418,16 @@ class Instance:
             self._on_actor(self._take_inbox)
 
     def _take_inbox(self) -> None:
+        """Accept the messages posted so far (on the actor's thread, or on the runtime's
+        once the actor's loop takes no more work: then both may take at once)."""
         self._inbox_woken = False
         inbox = self._inbox
-        while inbox:
-            self._accept(*inbox.popleft())
+        while True:
+            try:
+                message = inbox.popleft()
+            except IndexError:
+                return
+            self._accept(*message)
 
     def supervise(self, failure: MeshFailure) -> None:
         """A mesh this actor owns has a failed member: handle it at the next safe point.

@@ -366,17 +366,17 @@ def test_restart_waits_for_its_backoff(run):
         policy = RestartPolicy("one_for_one", max_restarts=2, backoff=2.0, jitter=0)
         workers = this_host().spawn_procs({"w": 2}).spawn("w", Worker, False, inits, restart=policy)
         for _ in range(2):
-            await started.recv()
+            await asyncio.wait_for(started.recv(), 30)
         workers.slice(w=1).boom.broadcast()
         with pytest.raises(SupervisionError):
-            await workers.slice(w=1).ping.call_one()
+            await asyncio.wait_for(workers.slice(w=1).ping.call_one(), 30)
         failed_at = loop.time()
         await asyncio.sleep(1.0)
         with pytest.raises(SupervisionError):
             workers.slice(w=1).ping.call_one()
-        assert await started.recv() == 1
+        assert await asyncio.wait_for(started.recv(), 30) == 1
         restarted_after = loop.time() - failed_at
-        return restarted_after, await workers.slice(w=1).ping.call_one()
+        return restarted_after, await asyncio.wait_for(workers.slice(w=1).ping.call_one(), 30)
 
     waited, pong = run(main)
     assert waited >= 1.9
