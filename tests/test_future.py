@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import pytest
 
@@ -16,13 +18,19 @@ pytestmark = pytest.mark.timeout(30)
 @pytest.fixture
 def runtime_loop():
     """A loop on a thread of its own, as a runtime's is."""
-    loop = asyncio.new_event_loop()
+    loop = asyncio.SelectorEventLoop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     yield loop
     loop.call_soon_threadsafe(loop.stop)
     thread.join(10)
     loop.close()
+
+
+def run(main: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    """``asyncio.run`` on a plain loop, whatever transport the process selected last."""
+    with asyncio.Runner(loop_factory=asyncio.SelectorEventLoop) as runner:
+        return runner.run(main())
 
 
 def on(loop: asyncio.AbstractEventLoop, fn, *args) -> None:
@@ -44,7 +52,7 @@ def test_an_asyncio_loop_awaits_a_future_that_settles_on_another(runtime_loop):
         on(runtime_loop, afut.set_result, "answer")
         return await waiting
 
-    assert asyncio.run(main()) == "answer"
+    assert run(main) == "answer"
 
 
 def test_a_future_settling_after_its_asyncio_loop_closed_logs_nothing(runtime_loop, caplog):
@@ -53,7 +61,7 @@ def test_a_future_settling_after_its_asyncio_loop_closed_logs_nothing(runtime_lo
     async def main() -> None:
         future.as_asyncio()
 
-    asyncio.run(main())
+    run(main)
     with caplog.at_level(logging.DEBUG, logger="asyncio"):
         on(runtime_loop, afut.set_exception, RuntimeError("too late"))
         on(runtime_loop, lambda: None)  # the forwarding callback has run
