@@ -14,6 +14,7 @@ import pytest
 import zmq
 
 from danaus import Actor, context, endpoint, this_host
+from danaus.transports import challenge
 from danaus.transports.tcp.handshakes import HandshakeMonitor
 from danaus.transports.tcp.ioloop import IoLoop
 from danaus.transports.tcp.limits import Limits, MiB
@@ -143,7 +144,10 @@ def test_a_refused_handshake_is_logged_once_with_the_peers_address(target):
         return [line for line in first.logged.call_one().get(timeout=30) if "refused" in line]
 
     data_tcp, _ = ways_in(data_address)
-    held = [hang_up_on(address, huge_hello(1 << 30)) for address in (control_address, data_tcp)]
+    hello = huge_hello(1 << 30)
+    # The data plane judges a whole answer to its challenge: given one, it refuses at once.
+    answer = hello.ljust(challenge.ANSWER_BYTES, b"\0")
+    held = [hang_up_on(control_address, hello), hang_up_on(data_tcp, answer)]
     try:
         wait_until(lambda: len(refusals()) >= 1, 10, "the refusal logged")
         assert "127.0.0.1" in refusals()[0]
