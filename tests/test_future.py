@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from danaus.core.blocking import ActorThread
 from danaus.core.future import new_future
 
 pytestmark = pytest.mark.timeout(30)
@@ -18,13 +19,9 @@ pytestmark = pytest.mark.timeout(30)
 @pytest.fixture
 def runtime_loop():
     """A loop on a thread of its own, as a runtime's is."""
-    loop = asyncio.SelectorEventLoop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    yield loop
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(10)
-    loop.close()
+    runner = ActorThread("test-runtime")
+    yield runner.loop
+    runner.close()
 
 
 def run(main: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
