@@ -7,19 +7,25 @@ answer leaving it (``send-reply``), reaching the caller's proc
 (``recv-reply``), and ``get()`` returning. All processes share this host's
 monotonic clock, so the stages of one call can be subtracted across them.
 
-Prints one JSON line per stage (median and p90 in µs) and one for the whole
-round trip, with the trace on and off (recording costs a little). Never fails
-on speed.
+Prints one JSON line per stage (median and p90 in µs), one for the whole
+round trip with the trace on and off (recording costs a little), and one for
+the CPU time each of the two processes spends per round trip (user and
+system, every thread counted). With ``--bind``, every thread of the caller's
+process runs on one CPU and every thread of the actor's process on another,
+which shows what the threads' moving between CPUs costs. Never fails on speed.
 
     .venv/bin/python benchmarks/hot_path.py                    # tcp
     .venv/bin/python benchmarks/hot_path.py --transport ucx --calls 500
     .venv/bin/python benchmarks/hot_path.py --no-encrypt        # authenticated, in clear
+    .venv/bin/python benchmarks/hot_path.py --bind              # each process on a CPU of its own
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -40,35 +46,86 @@ STAGES = (
 )
 
 
+def _cpu_seconds() -> tuple[float, float]:
+    """User and system CPU seconds of this whole process, every thread counted."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime, usage.ru_stime
+
+
+def _bind(cpus: set[int]) -> None:
+    """Have every thread of this process run on ``cpus`` alone."""
+    for thread in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(thread), cpus)
+
+
 class Echo(Actor):
     @endpoint
     def echo(self, x: int) -> int:
         return x
 
+    @endpoint
+    def cpu_seconds(self) -> tuple[float, float]:
+        return _cpu_seconds()
 
-def _round_trips(calls: int, warmup: int) -> tuple[list[tuple[float, float]], object]:
+    @endpoint
+    def bind(self, cpu: int) -> None:
+        _bind({cpu})
+
+
+class Measured:
+    """What one run of round trips gave: each call's times, and CPU seconds per call."""
+
+    def __init__(self) -> None:
+        self.times: list[tuple[float, float]] = []
+        self.cpu_us: dict[str, float] = {}
+
+
+def _round_trips(calls: int, warmup: int, cpus: tuple[int, int] | None) -> Measured:
     procs = this_host().spawn_procs({"gpus": 1})
     mesh = procs.spawn("echo", Echo)
+    if cpus is not None:
+        _bind({cpus[0]})
+        mesh.bind.call_one(cpus[1]).get(timeout=60)
     for i in range(warmup):
         mesh.echo.call_one(i).get(timeout=60)
     clock = time.monotonic
-    times = []
+    measured = Measured()
+    actor_before, caller_before = mesh.cpu_seconds.call_one().get(timeout=60), _cpu_seconds()
     for i in range(calls):
         issued = clock()
         mesh.echo.call_one(i).get(timeout=60)
-        times.append((issued, clock()))
-    return times, procs
+        measured.times.append((issued, clock()))
+    caller_after, actor_after = _cpu_seconds(), mesh.cpu_seconds.call_one().get(timeout=60)
+    for side, before, after in (
+        ("caller", caller_before, caller_after),
+        ("actor_proc", actor_before, actor_after),
+    ):
+        for kind, start, end in zip(("user", "system"), before, after, strict=True):
+            measured.cpu_us[f"{side}_{kind}_us"] = round((end - start) * 1e6 / calls, 1)
+    return measured
 
 
 def _measure(
-    transport: str, calls: int, warmup: int, trace: str | None, **options: object
-) -> list[tuple[float, float]]:
+    transport: str,
+    calls: int,
+    warmup: int,
+    trace: str | None,
+    cpus: tuple[int, int] | None,
+    **options: object,
+) -> Measured:
     danaus.configure(transport=transport, trace=trace if trace else False, **options)
+    allowed = os.sched_getaffinity(0)
     try:
-        times, _ = _round_trips(calls, warmup)
+        return _round_trips(calls, warmup, cpus)
     finally:
         danaus.shutdown()
-    return times
+        _bind(allowed)
+
+
+def _two_cpus() -> tuple[int, int]:
+    """Two CPUs this process may use (the same one twice on a machine with one)."""
+    allowed = sorted(os.sched_getaffinity(0))
+    return allowed[0], allowed[-1]
 
 
 def _stages(path: Path, times: list[tuple[float, float]]) -> dict[str, list[float]]:
@@ -119,17 +176,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-encrypt", action="store_true", help="configure the transport with encrypt=False"
     )
+    parser.add_argument(
+        "--bind",
+        action="store_true",
+        help="run every thread of the caller's process on one CPU, and the actor's on another",
+    )
     args = parser.parse_args(argv)
     options = {"encrypt": False} if args.no_encrypt else {}
-    base = {"transport": args.transport, "calls": args.calls, "encrypt": not args.no_encrypt}
-    untraced = _measure(args.transport, args.calls, args.warmup, None, **options)
+    cpus = _two_cpus() if args.bind else None
+    base = {
+        "transport": args.transport,
+        "calls": args.calls,
+        "encrypt": not args.no_encrypt,
+        "bound": args.bind,
+    }
+    untraced = _measure(args.transport, args.calls, args.warmup, None, cpus, **options)
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "trace.jsonl"
-        traced = _measure(args.transport, args.calls, args.warmup, str(path), **options)
-        stages = _stages(path, traced)
-    for name, values in (("round_trip", untraced), ("round_trip_traced", traced)):
-        line = {"workload": name, **base, **_summary([(b - a) * 1e6 for a, b in values])}
-        print(json.dumps(line), flush=True)
+        traced = _measure(args.transport, args.calls, args.warmup, str(path), cpus, **options)
+        stages = _stages(path, traced.times)
+    for name, measured in (("round_trip", untraced), ("round_trip_traced", traced)):
+        round_trips = [(b - a) * 1e6 for a, b in measured.times]
+        print(json.dumps({"workload": name, **base, **_summary(round_trips)}), flush=True)
+    print(json.dumps({"workload": "cpu_per_round_trip", **base, **untraced.cpu_us}), flush=True)
     described = {f"{a}->{b}": what for a, b, what in STAGES}
     for stage, values in stages.items():
         line = {"workload": "stage", "stage": stage, **base, **_summary(values)}

@@ -18,6 +18,8 @@ import selectors
 import threading
 from typing import Any
 
+from danaus.core import home_cpu
+
 
 class _LockSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
     """A selector that, while only the loop's own wake-up pipe is registered, sleeps on a lock."""
@@ -50,11 +52,17 @@ class _LockSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
             self._in_epoll = len(self.get_map()) > 1
         if self._in_epoll:
             try:
-                return super().select(timeout)
+                if timeout is not None and timeout <= 0:
+                    return super().select(timeout)
+                return home_cpu.wait_at_home(super().select, timeout)
             finally:
                 with self._mutex:
                     self._in_epoll = False
-        rung = self._bell.acquire(timeout=-1 if timeout is None else max(timeout, 0.0))
+        wait = -1 if timeout is None else max(timeout, 0.0)
+        if wait:
+            rung = home_cpu.wait_at_home(self._bell.acquire, True, wait)
+        else:
+            rung = self._bell.acquire(False)
         with self._mutex:
             if self._rung and not rung:
                 self._bell.acquire(blocking=False)

@@ -25,6 +25,7 @@ from typing import Any
 
 import greenlet
 
+from danaus.core import home_cpu
 from danaus.core.actor_loop import ActorLoop
 from danaus.core.transport import ActorRunner
 
@@ -142,7 +143,7 @@ class ThreadWaitable(asyncio.Future):  # type: ignore[type-arg]
             if self.done():
                 return self.result()
             self._sleepers.append(sleeper)
-        if not sleeper.acquire(timeout=-1 if timeout is None else timeout):
+        if not home_cpu.wait_at_home(sleeper.acquire, True, -1 if timeout is None else timeout):
             with self._sleepers_lock:
                 if sleeper in self._sleepers:
                     self._sleepers.remove(sleeper)
@@ -242,6 +243,7 @@ class ActorThread(ActorRunner):
     def _run(self) -> None:
         from danaus.core.runtime import cancel_leftover_tasks
 
+        home_cpu.free_thread()
         asyncio.set_event_loop(self.loop)
         try:
             self.loop.run_forever()

@@ -42,6 +42,7 @@ def configured(
     max_procs_per_host: int | None = None,
     host_control: HostControl | None = None,
     preload: Sequence[str] | None = None,
+    home_cpus: bool = True,
 ) -> None:
     """Check the options of ``configure(transport="tcp", ...)``.
 
@@ -55,7 +56,10 @@ def configured(
     them (`danaus.transports.tcp.faults`). ``preload`` names modules the
     fork servers that start the job's procs import before they fork them (None:
     ``DANAUS_PRELOAD``, names separated by commas; see
-    `danaus.transports.tcp.forkserver`). The limits
+    `danaus.transports.tcp.forkserver`). ``home_cpus`` (default True) keeps
+    each proc's hand-offs between its threads on one CPU of its own, as far as
+    the host has CPUs (`danaus.core.home_cpu`); False leaves every thread to
+    the kernel. The limits
     (``max_message_bytes`` and the rest) are described in
     `danaus.transports.tcp.limits`; None takes them from the environment.
     """
@@ -64,6 +68,8 @@ def configured(
     if host_control is not None and not isinstance(host_control, HostControl):
         raise TypeError(f"host_control must be a danaus.chaos.HostControl, not {host_control!r}")
     preload_from(preload)
+    if not isinstance(home_cpus, bool):
+        raise TypeError(f"home_cpus must be True or False, not {home_cpus!r}")
     bind_host = bind_host_from(bind_host)
     job_workers = workers_from(workers)
     if job_workers:

@@ -57,6 +57,10 @@ class Bootstrap(msgspec.Struct, frozen=True):
     """The job's ``cast_fanout`` (`danaus.core.casting`)."""
     preload: list[str] = []
     """The job's ``preload``: what a host agent's fork server imports (`forkserver`)."""
+    home_cpus: bool = True
+    """The job's ``home_cpus``: whether the procs a host agent starts get home CPUs."""
+    home_cpu: int | None = None
+    """The CPU this proc's runtime loop thread is pinned to (`danaus.core.home_cpu`), if any."""
 
     @property
     def is_host_agent(self) -> bool:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import logging
 import os
 import queue
@@ -38,6 +39,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Protocol, TypeVar
 
+from danaus.core import home_cpu
 from danaus.core.logs import LoggingOptions, OutputAggregator
 from danaus.core.transport import Launcher, ProcLoss, ProcSpec
 from danaus.progress import Progress
@@ -137,6 +139,8 @@ class LocalLauncher(Launcher):
         self._forks: ForkServer | None = None
         """Starts workers by forking, from the first launch on; None before, or if it cannot."""
         self._forks_tried = False
+        self._launched = itertools.count(1)
+        """Numbers the procs started here, whose homes go round the host's CPUs (0: this one's)."""
         self._starter = _Starter(f"danaus-start-{world.proc_id}")
         self._output = {
             stream: OutputAggregator(
@@ -258,7 +262,8 @@ class LocalLauncher(Launcher):
         """Start ``spec``'s process (the starter's thread); the I/O thread watches it."""
         world = self.world
         setup = [bytes(frame) for frame in spec.setup] if spec.setup is not None else None
-        bootstrap = world.bootstrap(spec.proc_id, spec.name, spec.host, setup=setup)
+        home = home_cpu.home_for(next(self._launched)) if world.home_cpus else None
+        bootstrap = world.bootstrap(spec.proc_id, spec.name, spec.host, setup=setup, home_cpu=home)
         forks = self._fork_server() if spec.command is None else None
         if forks is not None and forks.fits(os.environ):
             try:

@@ -34,6 +34,7 @@ import msgspec
 import zmq
 
 from danaus import tracing
+from danaus.core import home_cpu
 from danaus.core.agents import HOST_AGENT, PROC_AGENT, HostAgent, ProcAgent
 from danaus.core.attach import ATTACH_TIMEOUT
 from danaus.core.blocking import ActorThread
@@ -147,6 +148,10 @@ class TcpWorld(World):
         """Whether the procs this process launches run on another host than the controller."""
         self.preload: tuple[str, ...] = ()
         """What the fork server of this process's launcher imports too (the job's ``preload``)."""
+        self.home_cpus = True
+        """Whether the procs this process launches get home CPUs (the job's ``home_cpus``)."""
+        self.home_cpu: int | None = None
+        """This proc's home CPU (`danaus.core.home_cpu`), or None: its threads go anywhere."""
         self.io = IoLoop(f"danaus-io-{proc_id}")
         self.context = zmq.Context()
         """The control plane's: its zmq I/O thread, and its ZAP handler."""
@@ -204,6 +209,7 @@ class TcpWorld(World):
         host_control: HostControl | None = None,
         cast_fanout: int = DEFAULT_FANOUT,
         preload: Sequence[str] | None = None,
+        home_cpus: bool = True,
         **limits: float | None,
     ) -> TcpWorld:
         """The controller's world: the root proc, the directory, and this host's agent.
@@ -218,7 +224,9 @@ class TcpWorld(World):
         (`danaus.core.casting`), handed to every proc. ``preload`` names modules
         the fork servers that start the job's procs import before they fork
         (None: ``DANAUS_PRELOAD``; `danaus.transports.tcp.forkserver`).
-        ``limits`` are the options of `Limits.from_options`.
+        ``home_cpus``: each proc's runtime loop thread stays on a CPU of its own
+        (as far as there are CPUs), where the proc's threads wait
+        (`danaus.core.home_cpu`). ``limits`` are the options of `Limits.from_options`.
         """
         # What only a controller runs is imported here, off a worker's start-up.
         from danaus.admin.service import AdminService
@@ -245,6 +253,8 @@ class TcpWorld(World):
         )
         world.cast_fanout = cast_fanout
         world.preload = preload_from(preload)
+        world.home_cpus = home_cpus
+        world.home_cpu = home_cpu.home_for(0) if home_cpus else None
         world.trace_file = trace_file
         if admin:
             world.admin_socket = AdminSocket(world, admin_host)
@@ -295,6 +305,8 @@ class TcpWorld(World):
         world._setup = boot.setup
         world.cast_fanout = boot.cast_fanout
         world.preload = tuple(boot.preload)
+        world.home_cpus = boot.home_cpus
+        world.home_cpu = boot.home_cpu
         world.transport.on_control = world._worker_control
         if boot.is_host_agent:
             world.registry = RemoteRegistry(world.transport)
@@ -327,6 +339,7 @@ class TcpWorld(World):
                 "remote": self.remote,
                 "cast_fanout": self.cast_fanout,
                 "preload": list(self.preload),
+                "home_cpus": self.home_cpus,
                 **fields,
             }
         )
@@ -340,7 +353,16 @@ class TcpWorld(World):
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
+        self._settle()
+        try:
+            self.loop.run_forever()
+        finally:
+            home_cpu.unsettle()
+
+    def _settle(self) -> None:
+        """Pin this thread, the runtime loop's, to the proc's home CPU, if it has one."""
+        if self.home_cpu is not None:
+            home_cpu.settle(self.home_cpu)
 
     def _on_loop(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` on the runtime loop's thread and wait for its result."""
@@ -368,6 +390,7 @@ class TcpWorld(World):
         hello = control.Hello(self.transport.address, os.getpid(), self.host)
         self.io.call_soon(self.transport.send_control, ROOT, hello)
         self.io.call_soon(self.io.call_later, self.heartbeat_interval, self._check_controller)
+        self._settle()
         try:
             self.loop.run_forever()
         finally:

@@ -45,6 +45,7 @@ from typing import Any
 
 import ucxx
 
+from danaus.core import home_cpu
 from danaus.transports import challenge
 from danaus.transports.tcp.buffers import BufferCache
 from danaus.transports.tcp.limits import Limits
@@ -91,6 +92,7 @@ class _UcxLoop:
         started = threading.Event()
 
         def run() -> None:
+            home_cpu.free_thread()
             asyncio.set_event_loop(self.loop)
             started.set()
             self.loop.run_forever()
