@@ -12,12 +12,15 @@ round trip with the trace on and off (recording costs a little), and one for
 the CPU time each of the two processes spends per round trip (user and
 system, every thread counted). With ``--bind``, every thread of the caller's
 process runs on one CPU and every thread of the actor's process on another,
-which shows what the threads' moving between CPUs costs. Never fails on speed.
+which shows what the threads' moving between CPUs costs; ``--no-home-cpus``
+configures the transport with ``home_cpus=False`` (`danaus.core.home_cpu`).
+Never fails on speed.
 
     .venv/bin/python benchmarks/hot_path.py                    # tcp
     .venv/bin/python benchmarks/hot_path.py --transport ucx --calls 500
     .venv/bin/python benchmarks/hot_path.py --no-encrypt        # authenticated, in clear
     .venv/bin/python benchmarks/hot_path.py --bind              # each process on a CPU of its own
+    .venv/bin/python benchmarks/hot_path.py --no-home-cpus      # every thread left to the kernel
 """
 
 from __future__ import annotations
@@ -63,6 +66,11 @@ class Echo(Actor):
     def echo(self, x: int) -> int:
         return x
 
+
+class Meter(Actor):
+    """Beside `Echo` in its proc: reads and places the proc's threads, with answers of its own
+    (the stages are matched by the echo mesh's answers)."""
+
     @endpoint
     def cpu_seconds(self) -> tuple[float, float]:
         return _cpu_seconds()
@@ -83,19 +91,20 @@ class Measured:
 def _round_trips(calls: int, warmup: int, cpus: tuple[int, int] | None) -> Measured:
     procs = this_host().spawn_procs({"gpus": 1})
     mesh = procs.spawn("echo", Echo)
+    meter = procs.spawn("meter", Meter)
     if cpus is not None:
         _bind({cpus[0]})
-        mesh.bind.call_one(cpus[1]).get(timeout=60)
+        meter.bind.call_one(cpus[1]).get(timeout=60)
     for i in range(warmup):
         mesh.echo.call_one(i).get(timeout=60)
     clock = time.monotonic
     measured = Measured()
-    actor_before, caller_before = mesh.cpu_seconds.call_one().get(timeout=60), _cpu_seconds()
+    actor_before, caller_before = meter.cpu_seconds.call_one().get(timeout=60), _cpu_seconds()
     for i in range(calls):
         issued = clock()
         mesh.echo.call_one(i).get(timeout=60)
         measured.times.append((issued, clock()))
-    caller_after, actor_after = _cpu_seconds(), mesh.cpu_seconds.call_one().get(timeout=60)
+    caller_after, actor_after = _cpu_seconds(), meter.cpu_seconds.call_one().get(timeout=60)
     for side, before, after in (
         ("caller", caller_before, caller_after),
         ("actor_proc", actor_before, actor_after),
@@ -181,14 +190,22 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run every thread of the caller's process on one CPU, and the actor's on another",
     )
+    parser.add_argument(
+        "--no-home-cpus",
+        action="store_true",
+        help="configure the transport with home_cpus=False: every thread left to the kernel",
+    )
     args = parser.parse_args(argv)
-    options = {"encrypt": False} if args.no_encrypt else {}
+    options: dict[str, object] = {"encrypt": False} if args.no_encrypt else {}
+    if args.no_home_cpus:
+        options["home_cpus"] = False
     cpus = _two_cpus() if args.bind else None
     base = {
         "transport": args.transport,
         "calls": args.calls,
         "encrypt": not args.no_encrypt,
         "bound": args.bind,
+        "home_cpus": not args.no_home_cpus,
     }
     untraced = _measure(args.transport, args.calls, args.warmup, None, cpus, **options)
     with tempfile.TemporaryDirectory() as scratch:

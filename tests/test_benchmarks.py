@@ -121,6 +121,22 @@ def test_broadcast_small_on_sim() -> None:
             assert row[key] > 0, (key, row)
 
 
+def test_hot_path_small_bound() -> None:
+    """A few round trips with each process on a CPU of its own: every stage, and the CPU spent."""
+    rows = run_benchmark("hot_path.py", "--calls", "50", "--warmup", "5", "--bind")
+    assert [row["workload"] for row in rows] == [
+        "round_trip",
+        "round_trip_traced",
+        "cpu_per_round_trip",
+        *["stage"] * 5,
+    ]
+    assert all(row["bound"] and row["home_cpus"] for row in rows), rows
+    assert all(row["median_us"] > 0 for row in rows if "median_us" in row), rows
+    [cpu] = [row for row in rows if row["workload"] == "cpu_per_round_trip"]
+    assert cpu["caller_user_us"] + cpu["caller_system_us"] > 0, cpu
+    assert cpu["actor_proc_user_us"] + cpu["actor_proc_system_us"] > 0, cpu
+
+
 def test_large_argument_small() -> None:
     """An 8 MiB argument (chunked at the default 4 MiB frames) and the heartbeat silence."""
     [row] = run_benchmark("large_argument.py", "--size", "8", "--runs", "1")
