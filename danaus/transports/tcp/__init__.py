@@ -57,9 +57,9 @@ def configured(
     fork servers that start the job's procs import before they fork them (None:
     ``DANAUS_PRELOAD``, names separated by commas; see
     `danaus.transports.tcp.forkserver`). ``home_cpus`` (default True) keeps
-    each proc's hand-offs between its threads on one CPU of its own, as far as
-    the host has CPUs (`danaus.core.home_cpu`); False leaves every thread to
-    the kernel. The limits
+    each proc's hand-offs between its threads on one CPU of its own, while
+    the host has CPUs left (`danaus.core.home_cpu`); False leaves every thread
+    to the kernel. The limits
     (``max_message_bytes`` and the rest) are described in
     `danaus.transports.tcp.limits`; None takes them from the environment.
     """

@@ -140,7 +140,7 @@ class LocalLauncher(Launcher):
         """Starts workers by forking, from the first launch on; None before, or if it cannot."""
         self._forks_tried = False
         self._launched = itertools.count(1)
-        """Numbers the procs started here, whose homes go round the host's CPUs (0: this one's)."""
+        """Numbers the procs started here, for their home CPUs (0 is this process's own)."""
         self._starter = _Starter(f"danaus-start-{world.proc_id}")
         self._output = {
             stream: OutputAggregator(

@@ -225,7 +225,7 @@ class TcpWorld(World):
         the fork servers that start the job's procs import before they fork
         (None: ``DANAUS_PRELOAD``; `danaus.transports.tcp.forkserver`).
         ``home_cpus``: each proc's runtime loop thread stays on a CPU of its own
-        (as far as there are CPUs), where the proc's threads wait
+        while there are CPUs left, and the proc's threads wait there
         (`danaus.core.home_cpu`). ``limits`` are the options of `Limits.from_options`.
         """
         # What only a controller runs is imported here, off a worker's start-up.
