@@ -11,8 +11,9 @@ Prints one JSON line per stage (median and p90 in µs), one for the whole
 round trip with the trace on and off (recording costs a little), and one for
 the CPU time each of the two processes spends per round trip (user and
 system, every thread counted). With ``--bind``, every thread of the caller's
-process runs on one CPU and every thread of the actor's process on another,
-which shows what the threads' moving between CPUs costs; ``--no-home-cpus``
+process runs on one CPU and every thread of the actor's process on another
+(and ``home_cpus=False``), which shows what the threads' moving between CPUs
+costs; ``--no-home-cpus``
 configures the transport with ``home_cpus=False`` (`danaus.core.home_cpu`).
 Never fails on speed.
 
@@ -188,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--bind",
         action="store_true",
-        help="run every thread of the caller's process on one CPU, and the actor's on another",
+        help="run every thread of the caller's process on one CPU, the actor's on another "
+        "(with home_cpus=False)",
     )
     parser.add_argument(
         "--no-home-cpus",
@@ -197,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     options: dict[str, object] = {"encrypt": False} if args.no_encrypt else {}
-    if args.no_home_cpus:
+    if args.no_home_cpus or args.bind:
         options["home_cpus"] = False
     cpus = _two_cpus() if args.bind else None
     base = {
@@ -205,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         "calls": args.calls,
         "encrypt": not args.no_encrypt,
         "bound": args.bind,
-        "home_cpus": not args.no_home_cpus,
+        "home_cpus": not (args.no_home_cpus or args.bind),
     }
     untraced = _measure(args.transport, args.calls, args.warmup, None, cpus, **options)
     with tempfile.TemporaryDirectory() as scratch:
