@@ -127,6 +127,8 @@ def test_each_proc_waits_at_a_cpu_of_its_own_while_there_are_cpus_left() -> None
     assert runtimes.count(set(CPUS)) == 1
     assert all(endpoint_cpus == set(CPUS) for _, _, endpoint_cpus in reports.values())
     assert main_thread_cpus == set(CPUS)
+    # The controller's home went with its runtime loop's thread: waits happen anywhere again.
+    assert home_cpu.wait_at_home(lambda: os.sched_getaffinity(0)) == set(CPUS)
 
 
 @several_cpus

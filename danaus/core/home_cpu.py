@@ -77,9 +77,9 @@ def settle(cpu: int) -> None:
 
 
 def unsettle() -> None:
-    """Forget the home (its runtime loop's thread has ended); waits stay where they are."""
-    global _home
-    _home = None
+    """Forget the home: its runtime loop's thread has ended, and threads wait anywhere again."""
+    global _home, _free
+    _home = _free = None
 
 
 def free_thread() -> None:

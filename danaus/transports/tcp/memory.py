@@ -17,6 +17,7 @@ the whole transfer.
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -90,6 +91,9 @@ class _Op:
     settle: Settle
     wanted: Callable[[], bool]
     """False once the caller gave up (a timeout): late bytes must not land in ``view``."""
+    landing: threading.Lock
+    """Held while bytes land in ``view``: a caller that gives up takes it before it hears so,
+    and none land after."""
     key: int
     offset: int
     write: bool
@@ -132,14 +136,19 @@ class MemoryService:
         write: bool,
         settle: Settle,
         wanted: Callable[[], bool],
+        landing: threading.Lock,
     ) -> None:
-        """Begin a read into ``view`` (or a write from it) of remote memory (I/O thread)."""
+        """Begin a read into ``view`` (or a write from it) of remote memory (I/O thread).
+
+        ``wanted`` turns False once the caller gives up; ``landing`` is held
+        while bytes land in ``view`` (see `_Op`).
+        """
         if handle.owner == self._proc:
             settle(self._local(handle, offset, view, write))
             return
         op_id = next(self._op_ids)
         op = self._ops[op_id] = _Op(
-            handle.owner, view, view.nbytes, settle, wanted, handle.key, offset, write
+            handle.owner, view, view.nbytes, settle, wanted, landing, handle.key, offset, write
         )
         for _ in range(WINDOW):
             self._next(op_id, op)
@@ -218,9 +227,6 @@ class MemoryService:
         op = self._ops.get(op_id)
         if op is None:
             return
-        if not op.wanted():
-            del self._ops[op_id]
-            return
         if error is not None or data is None:
             self._finish(op_id, RuntimeError(error or "a memory answer came without its bytes"))
             return
@@ -228,7 +234,11 @@ class MemoryService:
         if position < 0 or position + chunk.nbytes > op.view.nbytes:
             self._finish(op_id, RuntimeError("the owner answered with bytes out of range"))
             return
-        op.view[position : position + chunk.nbytes] = chunk
+        with op.landing:
+            if not op.wanted():
+                del self._ops[op_id]
+                return
+            op.view[position : position + chunk.nbytes] = chunk
         op.remaining -= chunk.nbytes
         if op.remaining <= 0:
             self._finish(op_id, None)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -164,10 +165,22 @@ class TcpTransport(Transport):
         self, handle: MemoryHandle, offset: int, view: memoryview, write: bool
     ) -> None:
         future: asyncio.Future[None] = self.loop.create_future()
+        landing = threading.Lock()
         self.io.call_soon(
-            self._start_memory, handle, offset, view, write, settler(self.loop, future), future
+            self._start_memory,
+            handle,
+            offset,
+            view,
+            write,
+            settler(self.loop, future),
+            future,
+            landing,
         )
-        await future
+        try:
+            await future
+        except asyncio.CancelledError:
+            with landing:  # a chunk landing in ``view`` now is the last: the caller hears after
+                raise
 
     def _start_memory(
         self,
@@ -177,12 +190,15 @@ class TcpTransport(Transport):
         write: bool,
         settle: Settle,
         future: asyncio.Future[None],
+        landing: threading.Lock,
     ) -> None:
         loss = self._lost.get(handle.owner)
         if loss is not None:
             settle(memory_owner_lost(loss))
         else:
-            self.memory.start(handle, offset, view, write, settle, lambda: not future.done())
+            self.memory.start(
+                handle, offset, view, write, settle, lambda: not future.done(), landing
+            )
 
     # ---- I/O thread ---------------------------------------------------------------------
 
