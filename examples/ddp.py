@@ -13,7 +13,7 @@ import sys
 import tempfile
 from datetime import timedelta
 
-from danaus import Actor, MeshFailure, endpoint, this_host
+from danaus import Actor, MeshFailure, SupervisionError, endpoint, this_host
 from danaus.spmd import setup_torch_elastic_env
 
 # --8<-- [start:trainer]
@@ -48,8 +48,13 @@ class Trainer(Actor):
         self.targets = self.inputs @ torch.arange(1.0, FEATURES + 1).unsqueeze(1) + 1
 
     @endpoint
-    def train(self, until: int, die_at: int | None = None) -> tuple[int, int, float]:
-        """Train up to step ``until``; rank 1 dies at step ``die_at`` (to show recovery)."""
+    def train(
+        self, until: int, die_at: int | None = None
+    ) -> tuple[int, tuple[int, int, float]]:
+        """Train up to step ``until``; rank 1 dies at step ``die_at`` (to show recovery).
+
+        Returns this rank, and the first and last steps and the loss it trained with.
+        """
         import torch
 
         started = self.step
@@ -64,7 +69,7 @@ class Trainer(Actor):
             self.step += 1
             if self.rank == 0 and self.step % CHECKPOINT_EVERY == 0:
                 self.save()
-        return started, self.step, loss.item()
+        return self.rank, (started, self.step, loss.item())
 
     def save(self) -> None:
         import torch
@@ -106,17 +111,24 @@ class Driver(Actor):
             procs = this_host().spawn_procs({"gpus": 4})
             setup_torch_elastic_env(procs)
             trainers = procs.spawn("trainers", Trainer, self.checkpoint)
-            try:
-                result = trainers.train.call(until, die_at).get()
-            except Exception as error:  # a rank died; the others lost their peer
-                print(f"training failed: {type(error).__name__}; restarting", flush=True)
-                procs.stop(timeout=5).get()
-                die_at = None
-                attempts.append(None)
-                continue
-            procs.stop().get()
-            attempts.append(result.item(gpus=0))
-            return attempts
+            # Each rank's answer or error as it comes, until a rank's process is known to
+            # have ended (this proc has then heard of it, and __supervise__ will be told)
+            # or every rank has answered.
+            ranks, errors = [], []
+            for rank in trainers.train.stream(until, die_at):
+                ranks.append(rank)
+                if (error := rank.exception()) is not None:
+                    errors.append(error)
+                    if isinstance(error, SupervisionError):
+                        break
+            procs.stop(timeout=5).get()
+            if not errors:
+                attempts.append(dict(rank.get() for rank in ranks)[0])
+                return attempts
+            kinds = ", ".join(sorted({type(error).__name__ for error in errors}))
+            print(f"training failed: {kinds}; restarting", flush=True)
+            die_at = None
+            attempts.append(None)
 
     @endpoint
     def failed_ranks(self) -> list[str]:
