@@ -21,6 +21,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
+from danaus.core.blocking import discard_outcome
 from danaus.core.transport import Memory, MemoryHandle, ProcLoss, memory_owner_lost
 from danaus.transports.tcp.ioloop import Settle, settler
 from danaus.transports.tcp.memory import Drop, decode
@@ -148,6 +149,7 @@ class UcxTransport(TcpTransport):
             # Given up (a timeout): stop the transfer, and wait until UCX no longer touches
             # `local`, so that nothing of it lands there after the caller has moved on.
             self.io.call_soon(self.one_sided.abort, token)
+            future.add_done_callback(discard_outcome)  # its "given up" is this cancellation
             _, late = await asyncio.wait({future}, timeout=ABORT_WAIT)
             if late:
                 log.warning(
