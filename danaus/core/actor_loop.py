@@ -50,16 +50,18 @@ class _LockSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
                 self._rung = False
                 return []
             self._in_epoll = len(self.get_map()) > 1
+        # Only a wait that may sleep is taken at the proc's home CPU; a poll is not.
+        sleeps = timeout is None or timeout > 0
         if self._in_epoll:
             try:
-                if timeout is not None and timeout <= 0:
-                    return super().select(timeout)
-                return home_cpu.wait_at_home(super().select, timeout)
+                if sleeps:
+                    return home_cpu.wait_at_home(super().select, timeout)
+                return super().select(timeout)
             finally:
                 with self._mutex:
                     self._in_epoll = False
-        wait = -1 if timeout is None else max(timeout, 0.0)
-        if wait:
+        if sleeps:
+            wait = -1 if timeout is None else timeout
             rung = home_cpu.wait_at_home(self._bell.acquire, True, wait)
         else:
             rung = self._bell.acquire(False)

@@ -53,7 +53,7 @@ def home_for(index: int) -> int | None:
     Each proc has a CPU of its own while there are CPUs left, and none after:
     a CPU shared by the homes of several busy procs would hold their threads
     back where the kernel could have spread them (a broadcast to 4 procs on
-    2 CPUs ran 14% slower with shared homes). The CPUs are taken from one
+    2 CPUs ran about 30% slower with shared homes). The CPUs are taken from one
     chosen by the process id on, so that two jobs on one host start apart.
     """
     cpus = process_cpus()
