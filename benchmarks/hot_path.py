@@ -13,9 +13,8 @@ the CPU time each of the two processes spends per round trip (user and
 system, every thread counted). With ``--bind``, every thread of the caller's
 process runs on one CPU and every thread of the actor's process on another
 (and ``home_cpus=False``), which shows what the threads' moving between CPUs
-costs; ``--no-home-cpus``
-configures the transport with ``home_cpus=False`` (`danaus.core.home_cpu`).
-Never fails on speed.
+costs; ``--no-home-cpus`` configures the transport with ``home_cpus=False``
+(`danaus.core.home_cpu`). Never fails on speed.
 
     .venv/bin/python benchmarks/hot_path.py                    # tcp
     .venv/bin/python benchmarks/hot_path.py --transport ucx --calls 500
@@ -129,7 +128,8 @@ def _measure(
         return _round_trips(calls, warmup, cpus)
     finally:
         danaus.shutdown()
-        _bind(allowed)
+        if cpus is not None:
+            _bind(allowed)
 
 
 def _two_cpus() -> tuple[int, int]:
