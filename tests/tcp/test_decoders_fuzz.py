@@ -21,6 +21,7 @@ from danaus.transports.tcp import control, memory
 from danaus.transports.tcp.buffers import BufferCache
 from danaus.transports.tcp.limits import Limits
 from danaus.transports.tcp.records import (
+    LEAD_BYTES,
     LENGTH,
     Assembly,
     Cipher,
@@ -122,6 +123,19 @@ def test_tcp_a_large_message_is_sealed_chunk_by_chunk_as_it_is_written():
     assert sum(memoryview(b).nbytes for b in first) < 100, "the header travels alone"
     assert cipher._number == 1, "no chunk is sealed before it is asked for"
     assert len(list(records)) == 10
+
+
+def test_tcp_a_large_message_begins_in_lead_records_then_goes_in_whole_chunks():
+    chunk, lead = 256 * 1024, 64 * 1024
+    message = [b"pickle", os.urandom(LEAD_BYTES + 3 * chunk + 5)]
+    records = list(message_records(message, Cipher(KEY), chunk, lead_chunk_bytes=lead))
+    sizes = [sum(memoryview(b).nbytes for b in record) - LENGTH.size - 16 for record in records]
+    leading = LEAD_BYTES // lead  # with the first frame's 6 bytes, these reach LEAD_BYTES
+    assert sizes[1:] == [6, *[lead] * leading, chunk, chunk, chunk, 5]
+    stream = b"".join(bytes(buffer) for record in records for buffer in record)
+    assembly = Assembly(Cipher(KEY), chunk + 16, 8 * LIMIT, BufferCache(8 * LIMIT))
+    arrived = [assembly.opened(length, body) for length, body in _records(stream)]
+    assert [bytes(frame) for frame in arrived[-1]] == message
 
 
 @PURE

@@ -101,10 +101,11 @@ def make_plane(
     return plane, inbox
 
 
+@pytest.mark.parametrize("frame_bytes", [64 * 1024, 256 * 1024, 4 * MiB])
 @pytest.mark.parametrize("encrypt", [True, False], ids=["encrypted", "clear"])
-def test_messages_of_every_size_arrive_whole_and_in_order(loop, encrypt):
+def test_messages_of_every_size_arrive_whole_and_in_order(loop, encrypt, frame_bytes):
     keys = JobKeys.generate(encrypt=encrypt)
-    limits = Limits(frame_bytes=256 * 1024)
+    limits = Limits(frame_bytes=frame_bytes)
     sender, _ = make_plane(loop, "a", keys, limits)
     receiver, inbox = make_plane(loop, "b", keys, limits)
     sender.resolved("b", receiver.address)

@@ -10,7 +10,8 @@ the plain bytes, the connection having proved itself in its challenge.
 A message is a header (the number of frames and the size of each) followed by
 its frames' bytes. A message of at most `INLINE_BYTES` travels in one record,
 its header and frames together; a larger one travels as a record holding the header
-alone, then its frames' bytes in records of at most ``chunk_bytes``, each sealed
+alone, then its frames' bytes in records of at most ``chunk_bytes`` (shorter ones
+first, see `LEAD_BYTES`), each sealed
 when the connection is ready for it, so that a large message is never sealed
 whole in advance. The receiver checks a record's length against the limit
 before it reads the body, and a header against ``max_message_bytes`` before it
@@ -37,6 +38,12 @@ MAX_FRAMES = 1 + wire.MAX_FRAMES
 
 INLINE_BYTES = 128 * 1024
 """A message up to this size travels in one record; a larger one is read into place."""
+
+LEAD_BYTES = 1024 * 1024
+"""The first bytes of a large message, which may go in shorter records (``lead_chunk_bytes``):
+the receiver opens each while the sender seals the next, so that a message of a few MiB
+is not sealed and then opened whole, one after the other. Past them, long records cost
+less per byte."""
 
 _NONCE = struct.Struct("<Q4x")
 _COUNT = struct.Struct("<I")
@@ -110,13 +117,18 @@ def inline_record(message: Sequence[Any], cipher: Cipher) -> list[Any] | None:
 
 
 def message_records(
-    message: Sequence[Any], cipher: Cipher, chunk_bytes: int, scratch: bytearray | None = None
+    message: Sequence[Any],
+    cipher: Cipher,
+    chunk_bytes: int,
+    scratch: bytearray | None = None,
+    lead_chunk_bytes: int | None = None,
 ) -> Iterator[list[Any]]:
     """The records of ``message`` (its frames), each sealed only when it is asked for.
 
     ``scratch`` (of at least ``chunk_bytes`` plus a record's overhead): where
     each chunk of a large message is sealed, so the caller must be done with
-    one before it asks for the next.
+    one before it asks for the next. ``lead_chunk_bytes``: the size of the
+    records that carry the message's first `LEAD_BYTES` (default: ``chunk_bytes``).
     """
     record = inline_record(message, cipher) if chunk_bytes >= INLINE_BYTES else None
     if record is not None:
@@ -124,9 +136,15 @@ def message_records(
         return
     views = [memoryview(frame).cast("B") for frame in message]
     yield cipher.seal(_header([view.nbytes for view in views]))
+    lead = min(chunk_bytes, lead_chunk_bytes or chunk_bytes)
+    sent = 0
     for view in views:
-        for start in range(0, view.nbytes, chunk_bytes):
-            yield cipher.seal(view[start : start + chunk_bytes], scratch)
+        start = 0
+        while start < view.nbytes:
+            end = min(start + (lead if sent < LEAD_BYTES else chunk_bytes), view.nbytes)
+            yield cipher.seal(view[start:end], scratch)
+            sent += end - start
+            start = end
 
 
 class Assembly:
