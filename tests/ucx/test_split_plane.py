@@ -1,4 +1,4 @@
-"""Small messages on zmq and large ones on UCX still reach each actor in the order sent."""
+"""Small messages on TCP and large ones on UCX still reach each actor in the order sent."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ pytest.importorskip("ucxx")
 
 import danaus
 from danaus import Actor, endpoint, this_host
-from danaus.transports.ucx.split import ASK, AT, LARGE_BYTES, NONE, SplitPlane
+from danaus.transports.ucx.split import ASK, AT, HERE, LARGE_BYTES, NONE, SplitPlane
 from tests.tcp.conftest import wait_until
 
 
@@ -42,7 +42,13 @@ class Sender(Actor):
         return list(enumerate(sizes)), recorder.taken.call_one().get(timeout=60)
 
 
-def test_large_and_small_messages_of_one_sender_arrive_in_order():
+@pytest.fixture
+def ucx_on_this_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large messages between this host's procs over UCX, as between hosts."""
+    monkeypatch.setenv("DANAUS_UCX_SAME_HOST", "1")
+
+
+def test_large_and_small_messages_of_one_sender_arrive_in_order(ucx_on_this_host):
     danaus.configure(transport="ucx")
     try:
         procs = this_host().spawn_procs({"w": 2})
@@ -64,7 +70,7 @@ class Probe(Actor):
         return any(thread.name == "danaus-ucx" for thread in threading.enumerate())
 
 
-def test_ucx_starts_in_a_proc_only_once_it_has_bulk_to_move():
+def test_ucx_starts_in_a_proc_only_once_it_has_bulk_to_move(ucx_on_this_host):
     danaus.configure(transport="ucx")
     try:
         probes = this_host().spawn_procs({"w": 2}).spawn("probes", Probe)
@@ -79,14 +85,33 @@ def test_ucx_starts_in_a_proc_only_once_it_has_bulk_to_move():
         danaus.shutdown()
 
 
+def test_large_messages_between_procs_of_one_host_stay_on_their_unix_socket():
+    danaus.configure(transport="ucx")
+    try:
+        probes = this_host().spawn_procs({"w": 2}).spawn("probes", Probe)
+        receiver = probes.slice(w=1)
+        for _ in range(2):  # the question about UCX, after the first, is answered before this
+            assert receiver.take.call_one(bytes(LARGE_BYTES)).get(timeout=60) == LARGE_BYTES
+        assert list(probes.ucx_started.call().get(timeout=60).values()) == [False, False]
+    finally:
+        danaus.shutdown()
+
+
 class _Plane:
-    """A plane that keeps what it is given; as UCX, it listens at ``here:1`` at once."""
+    """A plane that keeps what it is given; as UCX, it listens at ``here:1`` at once.
+
+    As the stream plane, it is connected over its Unix socket to the procs in ``local``.
+    """
 
     address = "here:1"
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, list[bytes]]] = []
         self.resolved_to: dict[str, str] = {}
+        self.local: set[str] = set()
+
+    def on_this_host(self, peer: str) -> bool:
+        return peer in self.local
 
     def send(self, dest: str, message: list[bytes]) -> None:
         self.sent.append((dest, message))
@@ -170,6 +195,39 @@ def test_a_question_starts_ucx_and_is_answered_with_where_it_listens():
     assert len(started) == 1
     assert small.sent == [("a", [b"here:1", AT]), ("c", [b"here:1", AT])]
     assert delivered == [], "questions never reach the runtime"
+    loop.close()
+
+
+def test_a_question_from_this_host_is_answered_without_starting_ucx(caplog):
+    def start() -> _Plane:
+        raise AssertionError("UCX started")
+
+    answerer, answerer_small, _, _, answerer_loop = _split(start)
+    answerer_small.local.add("a")
+    answerer.arrived("a", [ASK])
+    assert answerer_small.sent == [("a", [HERE])]
+    answerer_loop.close()
+
+    split, small, large, _, loop = _split()
+    split.send("b", [b"D", bytes(LARGE_BYTES)])
+    with caplog.at_level(logging.INFO, logger="danaus.ucx"):
+        split.arrived("b", [HERE])
+    split.send("b", [b"D", bytes(LARGE_BYTES)])
+    assert [m[-1] for _, m in small.sent] == [
+        (0).to_bytes(8, "little"),
+        ASK,
+        (1).to_bytes(8, "little"),
+    ], "no more questions, and large messages stay on TCP"
+    assert large.sent == [] and caplog.text == ""
+    loop.close()
+
+
+def test_ucx_same_host_sends_large_messages_over_ucx_on_one_host_too(monkeypatch):
+    monkeypatch.setenv("DANAUS_UCX_SAME_HOST", "1")
+    split, small, _, _, loop = _split()
+    small.local.add("a")
+    split.arrived("a", [ASK])
+    assert small.sent == [("a", [b"here:1", AT])]
     loop.close()
 
 

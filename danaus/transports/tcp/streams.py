@@ -307,6 +307,10 @@ class StreamPlane:
     def _cipher(self, exchange: challenge.Exchange) -> Cipher:
         return Cipher(exchange.session_key(self.keys.secret) if self.keys.encrypt else None)
 
+    def on_this_host(self, peer: str) -> bool:
+        """Whether ``peer`` is connected to this proc over its Unix socket (loop's thread)."""
+        return any(inbound.peer == peer and inbound.local for inbound in self._inbound)
+
     def dropped(self, inbound: Inbound) -> None:
         self._inbound.discard(inbound)
 
@@ -639,6 +643,8 @@ class Inbound:
         self._plane = plane
         self._sock = sock
         self.peer = peer
+        self.local = sock.family == socket.AF_UNIX
+        """It came over the Unix socket: the peer runs on this host."""
         self._assembly = Assembly(
             cipher,
             plane.limits.frame_bytes + cipher.overhead,
