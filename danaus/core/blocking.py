@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import contextvars
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import greenlet
@@ -198,7 +198,7 @@ class GreenletRunner(ActorRunner):
         self.loop = loop
         self._idle: list[_EndpointGreenlet] = []
 
-    async def _drive(self, fn: Callable[[], Any]) -> Any:
+    async def call_sync(self, fn: Callable[[], Any]) -> Any:
         child = self._idle.pop() if self._idle else _EndpointGreenlet(self.loop)
         child.call = fn
         del fn
@@ -221,9 +221,6 @@ class GreenletRunner(ActorRunner):
         if returned:
             return value
         raise value
-
-    def call_sync(self, fn: Callable[[], Any]) -> Awaitable[Any]:
-        return self._drive(fn)
 
 
 class ActorThread(ActorRunner):

@@ -69,6 +69,9 @@ class ActorState(enum.Enum):
 
 
 _TAKES_MESSAGES = (ActorState.STARTING, ActorState.RUNNING)
+_SERVES = (ActorState.RUNNING, ActorState.STOPPING)
+"""The states in which the message loop goes on (a tuple: reading a member off an Enum
+class, once per message, costs a few times what reading a global does)."""
 
 
 class InstanceKind(enum.Enum):
@@ -579,7 +582,7 @@ class Instance:
         assert self._mailbox is not None
         if blob is not None and not await self._construct(blob):
             return
-        while self.state is ActorState.RUNNING or self.state is ActorState.STOPPING:
+        while self.state in _SERVES:
             item = await self._mailbox.get()
             if item is None:
                 await self._finish()

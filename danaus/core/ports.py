@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from danaus.core.context import context
@@ -58,17 +59,24 @@ class PortHandler:
         self.runtime.close_port(self.port)
 
 
-def decode(payload: list[Buffer], error: bool, what: str) -> tuple[Any, BaseException | None]:
+def _a_port_message() -> str:
+    return "a message sent to a port"
+
+
+def decode(
+    payload: list[Buffer], error: bool, what: Callable[[], str]
+) -> tuple[Any, BaseException | None]:
     """The value in a reply, or the exception it carries.
 
     A payload that cannot be unpickled here (its class cannot be imported, say)
-    becomes a `SerializationError` naming ``what`` arrived, chained to the cause.
+    becomes a `SerializationError` naming ``what()`` arrived, chained to the cause
+    (``what`` is called only then: most payloads unpickle).
     """
     try:
         value = loads(payload)
     except Exception as exc:
         failed = SerializationError(
-            f"{what} could not be unpickled here: {type(exc).__name__}: {exc}"
+            f"{what()} could not be unpickled here: {type(exc).__name__}: {exc}"
         )
         failed.__cause__ = exc
         return None, failed
@@ -100,10 +108,13 @@ class ReplyHandler(PortHandler):
             self.cast.pending.discard(rank)
         if rank in self.remaining:
             self.remaining.discard(rank)
-            what = f"the answer of {self.method or 'a call'} from proc {self.procs[rank]}"
-            value, exc = decode(payload, error, what)
+            value, exc = decode(payload, error, partial(self._describe, rank))
             self.arrived(rank, value, exc)
         self._close_when_done()
+
+    def _describe(self, rank: int) -> str:
+        """What the answer of ``rank`` is, for an error about it."""
+        return f"the answer of {self.method or 'a call'} from proc {self.procs[rank]}"
 
     def lost(self, proc: str, error: SupervisionError) -> None:
         if self.mesh_name and isinstance(error.failure, ProcLoss):
@@ -208,7 +219,7 @@ class QueueHandler(PortHandler):
         self.waiters: deque[tuple[asyncio.Future[Any], bool]] = deque()
 
     def deliver(self, rank: int, payload: list[Buffer], error: bool) -> None:
-        value, exc = decode(payload, error, "a message sent to a port")
+        value, exc = decode(payload, error, _a_port_message)
         while self.waiters and self.waiters[0][0].done():
             self.waiters.popleft()
         if self.waiters:

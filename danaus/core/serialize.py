@@ -188,5 +188,8 @@ def _writable(frame: Buffer) -> Buffer:
     return bytearray(view) if view.readonly else frame
 
 
+_NBYTES = operator.attrgetter("nbytes")
+
+
 def nbytes(frames: Sequence[Buffer]) -> int:
-    return sum(memoryview(f).nbytes for f in frames)
+    return sum(map(_NBYTES, map(memoryview, frames)))

@@ -367,7 +367,7 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
 
         if not ready and not self._stopping:
             if timers:
-                now = self.env.now
+                now = self.env._now
                 wait = timers[0][0] - now
                 if wait > _MAX_WAIT:
                     wait = _MAX_WAIT
@@ -376,7 +376,7 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
             else:
                 self._advance(math.inf)
 
-        due = self.env.now + _DUE_WINDOW
+        due = self.env._now + _DUE_WINDOW
         while timers and timers[0][0] < due:
             handle = heapq.heappop(timers)[1]
             handle._scheduled = False
@@ -516,8 +516,8 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
     # ---- scheduling callbacks ------------------------------------------------------------
 
     def time(self) -> float:
-        """The virtual time: the SimPy environment's clock."""
-        return self.env.now
+        """The virtual time: the SimPy environment's clock (read as its ``now`` does)."""
+        return self.env._now
 
     def call_soon(
         self,

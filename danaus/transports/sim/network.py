@@ -13,10 +13,13 @@ transport here keeps per-pair order), and every message is copied at send
 time, as a real network would, so the receiver never shares the sender's
 memory.
 
-A message in flight is its own SimPy event: it goes on the environment's
-queue with the next event id, as a ``Timeout`` would, so it is processed in
-the same order, without the ``Timeout``, its callback list and a bound
-callback per message.
+A message in flight is its own SimPy event: it takes the next event id, as a
+``Timeout`` would, so it is processed in the same order, without the
+``Timeout``, its callback list and a bound callback per message. The
+messages a queue passes on mostly arrive in the order it served them, so
+each queue keeps them in a `_Lane` and only the first is on the
+environment's heap, which then holds a few entries per host instead of every
+message in flight (a broadcast to 10,000 procs has 10,000 replies in flight).
 
 Faults change the model while they last: extra latency and jitter on a link,
 a link that holds its traffic (a clog, or one direction of a partition: TCP
@@ -32,6 +35,7 @@ import asyncio
 import enum
 import itertools
 import random
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -77,13 +81,62 @@ REQUEST_BYTES = 64
 """The size of a memory request or acknowledgment on the wire."""
 
 
-class _Queue:
-    """A FIFO single server: a NIC direction or a host's memory bus."""
+_Entry = tuple[float, int, int, "_Message"]
+"""An event on SimPy's heap: its time, priority, id, and the event (here a message)."""
 
-    __slots__ = ("free_at",)
+
+class _Lane:
+    """Arrival events of non-decreasing times, of which only the first is on SimPy's heap.
+
+    Popping the heap costs with its size; the heap's order is that of the
+    entries' ``(time, priority, event id)`` keys, all distinct, so an event
+    waiting here until the one before it is processed is processed exactly
+    when it would have been from the heap. An event due earlier than the last
+    one here goes on the heap directly.
+    """
+
+    __slots__ = ("last", "queued", "waiting")
+
+    def __init__(self) -> None:
+        self.queued = False
+        """Whether an event of this lane is on the heap."""
+        self.last = 0.0
+        """The time of the latest event of this lane (while ``queued``)."""
+        self.waiting: deque[_Entry] = deque()
+
+    def add(self, heap: list[_Entry], entry: _Entry) -> None:
+        """Schedule ``entry`` (a heap entry whose event is a message)."""
+        if not self.queued:
+            self.queued = True
+            self.last = entry[0]
+            entry[3].lane = self
+            heappush(heap, entry)
+        elif entry[0] >= self.last:
+            self.last = entry[0]
+            entry[3].lane = self
+            self.waiting.append(entry)
+        else:
+            heappush(heap, entry)
+
+    def advance(self, heap: list[_Entry]) -> None:
+        """This lane's event on the heap is being processed: the next one takes its place."""
+        if self.waiting:
+            heappush(heap, self.waiting.popleft())
+        else:
+            self.queued = False
+
+
+class _Queue:
+    """A FIFO single server: a NIC direction or a host's memory bus.
+
+    ``lane`` holds the arrivals of the messages it served last on their way.
+    """
+
+    __slots__ = ("free_at", "lane")
 
     def __init__(self) -> None:
         self.free_at = 0.0
+        self.lane = _Lane()
 
     def serve(self, arrival: float, duration: float) -> float:
         start = arrival if arrival > self.free_at else self.free_at
@@ -113,7 +166,7 @@ class _Message:
     calls each of its ``callbacks`` with it, and reads ``_ok`` (always true).
     """
 
-    __slots__ = ("callbacks", "deliver", "dst", "frames", "size", "src")
+    __slots__ = ("callbacks", "deliver", "dst", "frames", "lane", "size", "src")
 
     _ok = True
 
@@ -131,6 +184,8 @@ class _Message:
         self.size = size
         self.deliver = deliver
         self.callbacks: tuple[Callable[[_Message], None], ...] | None = None
+        self.lane: _Lane | None = None
+        """The lane whose next event follows this one's arrival, while it is on the heap."""
 
 
 class _MemoryOp:
@@ -166,6 +221,10 @@ class ProcState(enum.Enum):
 
 LIVE = (ProcState.UP, ProcState.PAUSED)
 """The states of a proc that has not been lost."""
+
+_BOOTING, _UP, _PAUSED, _DOWN = ProcState.BOOTING, ProcState.UP, ProcState.PAUSED, ProcState.DOWN
+"""The states for the message path, where each is read per message: reading a member
+off an Enum class costs a few times what reading a global does."""
 
 
 class _Link:
@@ -429,15 +488,15 @@ class SimNetwork:
 
     def dispatch(self, sender: SimTransport, message: _Message) -> None:
         """Put ``message`` from ``sender`` on its way, or hold it until both ends can take it."""
-        if sender.state is ProcState.PAUSED:
+        if sender.state is _PAUSED:
             sender.held_out.append(message)
             return
-        if sender.state is ProcState.DOWN:
+        if sender.state is _DOWN:
             return
         receiver = self.endpoints.get(message.dst)
-        if receiver is None or receiver.state is ProcState.BOOTING:
+        if receiver is None or receiver.state is _BOOTING:
             self._waiting.setdefault(message.dst, []).append(message)
-        elif receiver.state is ProcState.DOWN:
+        elif receiver.state is _DOWN:
             self.watch(message.src, message.dst)
         else:
             self._schedule(message, sender, receiver)
@@ -449,7 +508,8 @@ class SimNetwork:
         size = message.size
         src_host, dst_host = sender.nic, receiver.nic
         if src_host is dst_host:
-            done = src_host.bus.serve(now, model.per_message + size / model.local_bandwidth)
+            queue = src_host.bus
+            done = queue.serve(now, model.per_message + size / model.local_bandwidth)
             arrival = done + model.local_latency
         else:
             links = src_host.links
@@ -467,7 +527,8 @@ class SimNetwork:
                 if link.jitter > 0:
                     delay += self.rng.expovariate(1.0 / link.jitter)
             bandwidth = model.bandwidth * dst_host.bandwidth_factor
-            arrival = dst_host.rx.serve(done + delay, size / bandwidth)
+            queue = dst_host.rx
+            arrival = queue.serve(done + delay, size / bandwidth)
         slowness = sender.slowness + receiver.slowness
         if slowness:
             arrival += slowness
@@ -480,15 +541,19 @@ class SimNetwork:
         last_arrival[message.dst] = arrival
         # What env.timeout(arrival - now) would schedule, with the message as the event.
         message.callbacks = self._arrival
-        heappush(env._queue, (now + (arrival - now), NORMAL, next(env._eid), message))
+        queue.lane.add(env._queue, (now + (arrival - now), NORMAL, next(env._eid), message))
 
     def _arrive(self, message: _Message) -> None:
         # Runs inside the loop's select (see loop.py), on the loop thread: the
         # receive callback only routes the message and schedules whatever must run.
+        lane = message.lane
+        if lane is not None:
+            message.lane = None
+            lane.advance(self.env._queue)
         endpoint = self.endpoints[message.dst]
-        if endpoint.state is ProcState.PAUSED:
+        if endpoint.state is _PAUSED:
             endpoint.held_in.append(message)
-        elif endpoint.state is ProcState.UP:
+        elif endpoint.state is _UP:
             if message.deliver is not None:
                 message.deliver()
             elif endpoint.on_frames is not None:
