@@ -42,7 +42,6 @@ from danaus.transports.tcp.buffers import BufferCache, allocate
 from danaus.transports.tcp.limits import Limits
 from danaus.transports.tcp.records import (
     LENGTH,
-    TAG_BYTES,
     Assembly,
     Cipher,
     RecordError,
@@ -62,10 +61,12 @@ UNIX_SEND_BUFFER = 4 * 1024 * 1024
 """Bytes a Unix socket holds before a send would block, as asked (the kernel caps it at
 ``net.core.wmem_max``): a 1 MiB argument is written by the sending thread at once, not
 mostly by the loop's thread as the peer drains a 208 KiB buffer (64 MiB: about 8% faster)."""
-LEAD_CHUNK_BYTES = READ_BYTES // 2 - LENGTH.size - TAG_BYTES
+LEAD_CHUNK_BYTES = 256 * 1024
 """With encryption, the size of the records that carry a large message's first MiB
-(`records.LEAD_BYTES`): two fit the peer's read buffer, and the peer opens one while this
-side seals the next (a 1 MiB argument's round trip is about 10% shorter than in one record)."""
+(`records.LEAD_BYTES`): the peer opens one while this side seals the next, so a 1 MiB
+argument's round trip is about a tenth shorter than in one record. Shorter records cost
+more than they save here: each wakes the peer, and those that fit the read buffer are
+copied within it."""
 WRITE_BATCH = 1024 * 1024
 """Bytes handed to the kernel in one call, at most."""
 WRITE_BUFFERS = 512
