@@ -15,8 +15,8 @@ the failure of their peer, which rules out UCX's shared-memory transports (and
 UCX does not choose CMA for them), so UCX carries their messages over TCP on
 loopback, through bounce buffers: about 300 MB/s for a 1 MiB message on a
 small VM, where the Unix socket, encrypted, moves over 1 GB/s.
-``DANAUS_UCX_SAME_HOST=1`` (in the controller's environment, which procs
-inherit) sends them over UCX anyway, for a UCX that does better there.
+``DANAUS_UCX_SAME_HOST=1`` (`SAME_HOST`, in the controller's environment,
+which procs inherit) sends them over UCX anyway, for a UCX that does better there.
 
 UCX starts in a proc only when the proc first has bulk to move: most procs
 (a controller that sends small calls, an actor that answers them) never pay
@@ -73,6 +73,8 @@ NONE = b"-"
 """The last frame of an answer: no UCX here, and why, before it."""
 HERE = b"="
 """An answer: the receiver runs on the sender's host, where the stream plane is faster."""
+SAME_HOST = "DANAUS_UCX_SAME_HOST"
+"""Set to ``1`` to send large messages over UCX between procs of one host too."""
 
 
 class UcxUnavailable(RuntimeError):
@@ -142,7 +144,7 @@ class SplitPlane:
         """``src`` asks where this proc listens on UCX (on the loop's thread)."""
         if self._stopping:
             return
-        if self.small.on_this_host(src) and os.environ.get("DANAUS_UCX_SAME_HOST") != "1":
+        if self.small.on_this_host(src) and os.environ.get(SAME_HOST) != "1":
             self.small.send(src, [HERE])
             return
         try:
