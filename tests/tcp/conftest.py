@@ -23,16 +23,21 @@ def wait_until(condition: Callable[[], bool], timeout: float, what: str) -> None
         time.sleep(0.02)
 
 
+def process_state(pid: int) -> str | None:
+    """The state letter of process ``pid`` in ``/proc`` (``S``, ``T``, ``Z``, ...); None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    return process_state(pid) not in (None, "Z")
 
 
 def run_script(

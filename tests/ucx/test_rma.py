@@ -25,7 +25,7 @@ import danaus
 from danaus import Actor, endpoint, this_host
 from danaus.chaos import pause, resume
 from danaus.rdma import RDMABuffer, RDMAFallbackWarning, backend
-from tests.tcp.conftest import wait_until
+from tests.tcp.conftest import process_state, wait_until
 
 MiB = 1 << 20
 
@@ -136,11 +136,6 @@ def test_64_mib_moves_while_the_owner_cannot_run_python(ucx, tmp_path):
     assert mesh.cuda_initialized.call_one().get(timeout=60) is False
 
 
-def stopped(pid: int) -> bool:
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().rsplit(")", 1)[1].split()[0] == "T"
-
-
 def test_a_paused_owner_over_tcp_times_out_and_nothing_lands_after(ucx, monkeypatch):
     monkeypatch.setenv("UCX_TLS", "tcp")  # the owner's UCX: transfers are emulated in its progress
     mesh = owner()
@@ -151,7 +146,7 @@ def test_a_paused_owner_over_tcp_times_out_and_nothing_lands_after(ucx, monkeypa
     late = np.zeros(4 * MiB, dtype=np.uint8)
     pause(mesh)  # the signal goes out from the controller's I/O thread, a moment later
     try:
-        wait_until(lambda: stopped(pid), 10, "the owner to stop")
+        wait_until(lambda: process_state(pid) == "T", 10, "the owner to stop")
         with pytest.raises(TimeoutError, match=r"within 0\.5 s"):
             buffer.read_into(late, timeout=0.5).get(timeout=60)
     finally:
