@@ -234,20 +234,28 @@ class Cluster:
         return [int(pid) for pid in found]
 
     def job_pids(self, host: Host) -> list[int]:
-        """The processes in ``host``'s namespace but its worker and the agent it keeps ready."""
+        """The processes in ``host``'s namespace but its worker, the agent it keeps ready and
+        that agent's fork server."""
         worker = host.worker.pid if host.worker is not None else None
-        found = []
+        processes = {}
         for pid in self.pids_in(host):
-            if pid == worker:
-                continue
             try:
                 parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-                command = Path(f"/proc/{pid}/cmdline").read_bytes()
+                processes[pid] = (parent, Path(f"/proc/{pid}/cmdline").read_bytes())
             except (OSError, IndexError):
                 continue
-            if parent != worker or b"--preload" not in command:
-                found.append(pid)
-        return found
+        ready = {
+            pid
+            for pid, (parent, command) in processes.items()
+            if parent == worker and b"--preload" in command
+        }
+        return [
+            pid
+            for pid, (parent, command) in processes.items()
+            if pid != worker
+            and pid not in ready
+            and not (parent in ready and b"danaus.transports.tcp.forker" in command)
+        ]
 
     def clean(self, host: Host) -> bool:
         """Whether ``host`` runs its worker and nothing of any job."""

@@ -7,18 +7,20 @@ needs to kill it). Tests that need hosts of their own are in ``test_cluster.py``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import zmq
 
 import danaus
 from danaus import Actor, SupervisionError, current_rank, endpoint
-from tests.multihost.conftest import ROOT
+from tests.multihost.conftest import ROOT, Worker
 from tests.tcp.conftest import alive, run_script, wait_until
 
 
@@ -30,6 +32,10 @@ class Where(Actor):
     @endpoint
     def shout(self, text: str) -> None:
         print(text, flush=True)
+
+    @endpoint
+    def parent(self) -> int:
+        return os.getppid()
 
 
 def test_attach_spawn_stop_and_attach_again(workers, controller):
@@ -48,6 +54,42 @@ def test_attach_spawn_stop_and_attach_again(workers, controller):
         seen.append(pids)
     assert worker.process.poll() is None, "stop() leaves the worker waiting for another controller"
     assert set(seen[0]).isdisjoint(seen[1])
+
+
+def fork_servers(worker: Worker) -> dict[int, str]:
+    """The fork servers in the worker's tree, with their command lines (the procs they forked
+    run the same command, as children of a server)."""
+    lines = {}
+    for pid in worker.group():
+        with contextlib.suppress(OSError):
+            lines[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    servers = {pid: line for pid, line in lines.items() if "danaus.transports.tcp.forker" in line}
+    return {pid: line for pid, line in servers.items() if parent_of(pid) not in servers}
+
+
+def parent_of(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return None
+
+
+def test_the_next_job_is_forked_by_a_server_started_before_it_attached(workers, controller):
+    """The waiting host agent starts the last job's fork server, with its preloads, ahead."""
+    worker = workers()
+    controller(preload=["colorsys"])
+    hosts = danaus.attach_to_workers(workers=[worker.address], key=worker.key)
+    first = hosts.spawn_procs().spawn("w", Where).parent.call_one().get(timeout=60)
+    hosts.stop().get(timeout=60)
+
+    def early_server() -> int | None:
+        found = [pid for pid, line in fork_servers(worker).items() if "colorsys" in line]
+        return found[0] if len(found) == 1 and found[0] != first else None
+
+    wait_until(lambda: early_server() is not None, 60, "the next host agent's fork server")
+    early = early_server()
+    hosts = danaus.attach_to_workers(workers=[worker.address], key=worker.key)
+    assert hosts.spawn_procs().spawn("w", Where).parent.call_one().get(timeout=60) == early
 
 
 def test_a_worker_is_attached_once(workers, controller):

@@ -18,7 +18,16 @@ def search_path() -> list[str]:
 
 def join_search_path(path: Sequence[str]) -> None:
     """Put the entries of ``path`` that ``sys.path`` lacks in front of it."""
-    sys.path[:0] = [p for p in path if p not in sys.path]
+    sys.path[:0] = _missing(path)
+
+
+def joined_search_path(path: Sequence[str]) -> list[str]:
+    """`search_path` as it will be once ``path`` is joined to ``sys.path`` (`join_search_path`)."""
+    return [p for p in [*_missing(path), *sys.path] if p]
+
+
+def _missing(path: Sequence[str]) -> list[str]:
+    return [p for p in path if p not in sys.path]
 
 
 class Bootstrap(msgspec.Struct, frozen=True):

@@ -75,9 +75,11 @@ PRELOAD = (
     "danaus.transports.tcp.output",
 )
 """What every worker imports before it serves its proc (the transport's own package too)."""
-VOLATILE = frozenset({"PYTEST_CURRENT_TEST"})
-"""Variables that change while a program runs and that no module reads when imported (pytest
-sets this one for each test): a server started under other values still fits."""
+VOLATILE = frozenset({"PYTEST_CURRENT_TEST", "UCX_NET_DEVICES"})
+"""Variables that change while a program runs and that no module reads when imported: pytest
+sets the first for each test, the ucx transport the second for each job (the device of the
+address it binds), which UCX reads only when a proc makes its context. A server started
+under other values still fits."""
 MAX_REQUEST = 64 * 1024
 """Bytes of a request for a child, at most (its `VOLATILE` values)."""
 
@@ -96,10 +98,14 @@ def preload_from(option: Sequence[str] | None) -> tuple[str, ...]:
     return names
 
 
-def _imports(preload: Sequence[str]) -> tuple[tuple[str, ...], list[str]]:
-    """What a server for ``preload`` imports besides `PRELOAD`, and from where (this
-    process's path, which matters only to preloads)."""
-    return tuple(preload), search_path() if preload else []
+def _imports(
+    preload: Sequence[str], path: Sequence[str] | None = None
+) -> tuple[tuple[str, ...], list[str]]:
+    """What a server for ``preload`` imports besides `PRELOAD`, and from where (``path``, by
+    default this process's; it matters only to preloads)."""
+    if not preload:
+        return (), []
+    return tuple(preload), list(path) if path is not None else search_path()
 
 
 def stable(environment: Mapping[str, str]) -> dict[str, str]:
@@ -120,9 +126,12 @@ class ForkServer:
     its I/O thread, which watches `exits`.
     """
 
-    def __init__(self, transport: str, preload: Sequence[str] = ()) -> None:
+    def __init__(
+        self, transport: str, preload: Sequence[str] = (), path: Sequence[str] | None = None
+    ) -> None:
+        """``path``: where the preloads are imported from (default: this process's path)."""
         self.transport = transport
-        self.imports = _imports(preload)
+        self.imports = _imports(preload, path)
         self.environment = stable(os.environ)
         """The environment the server, and so every child it forks, was started with
         (without its `VOLATILE` variables, which each child is given)."""

@@ -20,6 +20,7 @@ release). A signal that ends the worker ends its host agent first.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -82,6 +83,9 @@ class WorkerLoop:
         """The next host agent's process, started ahead of time (waiting for its bootstrap)."""
         self._transport = "tcp"
         """The transport the last controller used: the spare imports it ahead of time."""
+        self._imports: str | None = None
+        """The last job's preloads and ``sys.path`` (JSON), if it had preloads: the spare's
+        fork server imports them ahead of time."""
         self._done = threading.Event()
         self._stopped = False
         self._io.add_reader(self._router, self._readable)
@@ -162,6 +166,11 @@ class WorkerLoop:
             attach.boot, host=self.name, bind_host=self.ip, parent_pid=os.getpid()
         )
         self._transport = boot.transport
+        self._imports = (
+            json.dumps({"preload": boot.preload, "sys_path": boot.sys_path})
+            if boot.preload
+            else None
+        )
         try:
             popen = self._take_spare() or self._start()
             assert popen.stdin is not None
@@ -198,7 +207,7 @@ class WorkerLoop:
     def _start(self) -> subprocess.Popen[bytes]:
         """A host agent's process, importing what it needs while it waits for its bootstrap."""
         return subprocess.Popen(
-            [*default_argv(), "--preload", self._transport],
+            [*default_argv(), "--preload", self._transport, *filter(None, [self._imports])],
             stdin=subprocess.PIPE,
             close_fds=True,
             start_new_session=True,
