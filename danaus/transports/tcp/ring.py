@@ -32,6 +32,7 @@ otherwise. The memory goes when the last mapping and descriptor of it do.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import mmap
@@ -95,10 +96,14 @@ class _Shared:
         self._data = memoryview(memory)[HEADER_BYTES:]
 
     def close(self) -> None:
-        """Unmap (closing the descriptor the mapping holds); no view of it may be left."""
+        """Unmap, closing the descriptor the mapping holds.
+
+        Should a view of it still be alive, the mapping goes with the last one.
+        """
         self._word = None
-        self._data.release()
-        self._memory.close()
+        with contextlib.suppress(BufferError):
+            self._data.release()
+            self._memory.close()
 
 
 class Producer(_Shared):

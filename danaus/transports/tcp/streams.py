@@ -861,7 +861,11 @@ class Inbound:
         self._assembly.check_length(length)
         if not self._assembly.filling:
             raise RecordError("a message header in shared memory (only chunks go there)")
-        frames = self._assembly.opened(header, self._ring.record(length))
+        body = self._ring.record(length)
+        try:
+            frames = self._assembly.opened(header, body)
+        finally:
+            body.release()  # no view of the ring outlives the record (an error's traceback)
         self._ring.release()
         self._deliver(frames)
 
