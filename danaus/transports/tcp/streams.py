@@ -14,6 +14,14 @@ agrees the connection's session key; then it carries records
 (`danaus.transports.tcp.records`): AES-GCM with the job's ``encrypt`` (the
 default), in clear with ``encrypt=False``.
 
+On a Unix socket, the connecting proc then passes a ring of memory it shares
+with the peer (`danaus.transports.tcp.ring`; on x86-64), which the peer checks
+and maps as part of admitting the connection, under the same deadline. The
+chunk records of large messages are sealed into the ring when it has room, and
+the socket carries only their lengths in their place: the bytes cross from one
+proc to the other without the kernel's two copies through the socket. A record
+the ring has no room for goes on the socket as before; the sender never waits.
+
 No thread stands between a message and the kernel. The thread that sends seals
 the message and writes it itself, without blocking; whatever the socket does
 not take at once is written by the runtime loop's thread when the socket is
