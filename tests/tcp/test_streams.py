@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import itertools
 import logging
 import os
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -16,8 +18,10 @@ from typing import Any
 import pytest
 
 from danaus.transports import challenge
+from danaus.transports.tcp import ring
 from danaus.transports.tcp.buffers import BufferCache, allocate
 from danaus.transports.tcp.limits import Limits, MiB
+from danaus.transports.tcp.records import LENGTH, RING_RECORD
 from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.tcp.security import JobKeys
 from danaus.transports.tcp.streams import StreamPlane, parse_address
@@ -101,9 +105,51 @@ def make_plane(
     return plane, inbox
 
 
+SMALL_RING = 320 * 1024
+"""Holds one 256 KiB record at a time: records of large messages mix ring and socket, and wrap."""
+
+RINGS = pytest.mark.parametrize(
+    "ring_bytes",
+    [
+        pytest.param(ring.RING_BYTES, id="ring"),
+        pytest.param(SMALL_RING, id="small-ring"),
+        pytest.param(0, id="no-ring"),
+    ],
+)
+
+
+@contextlib.contextmanager
+def loop_held(loop: Loop) -> Iterator[None]:
+    """The loop's thread waits (reads nothing) until the block is left."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        held.set()
+        release.wait()
+
+    loop.loop.call_soon_threadsafe(hold)
+    assert held.wait(10)
+    try:
+        yield
+    finally:
+        release.set()
+
+
+def shared(sender: StreamPlane, dest: str) -> ring.Producer | None:
+    return sender._outbound[dest]._ring
+
+
+def rings_taken(receiver: StreamPlane) -> int:
+    return sum(i._ring.taken for i in receiver._inbound if i._ring is not None)
+
+
+@RINGS
 @pytest.mark.parametrize("frame_bytes", [64 * 1024, 256 * 1024, 4 * MiB])
 @pytest.mark.parametrize("encrypt", [True, False], ids=["encrypted", "clear"])
-def test_messages_of_every_size_arrive_whole_and_in_order(loop, encrypt, frame_bytes):
+def test_messages_of_every_size_arrive_whole_and_in_order(
+    loop, monkeypatch, encrypt, frame_bytes, ring_bytes
+):
+    monkeypatch.setattr(ring, "RING_BYTES", ring_bytes)
     keys = JobKeys.generate(encrypt=encrypt)
     limits = Limits(frame_bytes=frame_bytes)
     sender, _ = make_plane(loop, "a", keys, limits)
@@ -115,6 +161,67 @@ def test_messages_of_every_size_arrive_whole_and_in_order(loop, encrypt, frame_b
         sender.send("b", message)
     arrived = inbox.wait_for(len(sent))
     assert arrived == [("a", message) for message in sent]
+    producer = shared(sender, "b")
+    if ring_bytes == 0 or not ring.SUPPORTED:
+        assert producer is None
+        return
+    assert producer is not None and producer.size == ring_bytes
+    assert producer.placed > 0 and loop.run(rings_taken, receiver) == producer.placed
+    if ring_bytes == SMALL_RING and frame_bytes == 64 * 1024:
+        # 9 MiB in records of 64 KiB: more than the ring and the socket's buffer hold together
+        assert producer.produced > SMALL_RING, "the ring wrapped around"
+
+
+@pytest.mark.skipif(not ring.SUPPORTED, reason="rings are used on x86-64 only")
+@pytest.mark.parametrize("encrypt", [True, False], ids=["encrypted", "clear"])
+def test_records_the_ring_has_no_room_for_go_on_the_socket_in_their_place(
+    loop, monkeypatch, encrypt
+):
+    monkeypatch.setattr(ring, "RING_BYTES", SMALL_RING)
+    keys = JobKeys.generate(encrypt=encrypt)
+    limits = Limits(frame_bytes=64 * 1024)
+    sender, _ = make_plane(loop, "a", keys, limits)
+    receiver, inbox = make_plane(loop, "b", keys, limits)
+    sender.resolved("b", receiver.address)
+    sender.send("b", [b"hello"])
+    inbox.wait_for(1)
+    sent = [[b"D", os.urandom(MiB + number)] for number in range(3)]
+    producer = shared(sender, "b")
+    assert producer is not None
+    with loop_held(loop):  # the receiver takes nothing from the ring
+        for message in sent:
+            sender.send("b", message)
+        record = limits.chunk_bytes + (16 if encrypt else 0)
+        # Nothing was released: the ring filled up to less than a chunk from its end, no further.
+        assert SMALL_RING - record < producer.produced <= SMALL_RING
+        while_held = producer.placed
+    assert inbox.wait_for(4)[1:] == [("a", message) for message in sent]
+    chunks = sum(-(-len(message[1]) // limits.chunk_bytes) + 1 for message in sent)
+    assert while_held < chunks, "every record went through the ring"
+    assert loop.run(rings_taken, receiver) == producer.placed
+
+
+@pytest.mark.skipif(not ring.SUPPORTED, reason="rings are used on x86-64 only")
+def test_a_ring_record_changed_in_shared_memory_is_rejected_and_the_connection_closed(loop, caplog):
+    caplog.set_level(logging.ERROR, "danaus")
+    keys = JobKeys.generate()
+    sender, _ = make_plane(loop, "a", keys)
+    receiver, inbox = make_plane(loop, "b", keys)
+    sender.resolved("b", receiver.address)
+    sender.send("b", [b"hello"])
+    inbox.wait_for(1)
+    with loop_held(loop):  # the receiver opens nothing yet
+        sender.send("b", [os.urandom(MiB)])
+        producer = shared(sender, "b")
+        assert producer is not None and producer.placed > 0
+        producer._data[100] ^= 0x01  # in the first chunk's ciphertext, as the receiver maps it
+    deadline = time.monotonic() + 10
+    while not any("does not open" in r.getMessage() for r in caplog.records):
+        assert time.monotonic() - deadline < 0, "the changed record was not rejected"
+        time.sleep(0.02)
+    assert loop.run(lambda: [i for i in receiver._inbound if i.peer == "a"]) == []
+    time.sleep(0.2)
+    assert inbox.messages == [("a", [b"hello"])]
 
 
 def test_a_peer_on_this_host_is_reached_over_its_unix_socket_else_over_tcp(loop):
@@ -339,3 +446,141 @@ def test_other_threads_run_while_a_large_buffer_is_mapped():
     longest_gap = max(later - earlier for earlier, later in itertools.pairwise(during))
     assert buffer.nbytes == 1024 * MiB and buffer[-1] == 0
     assert longest_gap < (ended - started) / 2, "the spinning thread was held up throughout"
+
+
+def _member(address: str, keys: JobKeys, way: str = "local") -> socket.socket:
+    """A raw connection that passes the challenge as member ``m`` (and sends nothing more)."""
+    raw = _connect(address, way)
+    greeting = raw.recv(challenge.GREETING_BYTES, socket.MSG_WAITALL)
+    own = challenge.Ephemeral()
+    answer = challenge.answer(keys.secret, b"m", greeting, own)
+    raw.sendall(answer)
+    welcome = raw.recv(challenge.WELCOME_BYTES, socket.MSG_WAITALL)
+    challenge.check_welcome(keys.secret, welcome, greeting, answer, own)
+    return raw
+
+
+def _memfd(size: int, seals: int) -> int:
+    fd = os.memfd_create("danaus-ring", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    return fd
+
+
+def _memfds() -> int:
+    """Descriptors of this process that refer to a memfd (rings among them)."""
+    count = 0
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            count += os.readlink(f"/proc/self/fd/{name}").startswith("/memfd:")
+    return count
+
+
+def _refusals(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+
+
+@pytest.mark.skipif(not ring.SUPPORTED, reason="rings are used on x86-64 only")
+@pytest.mark.parametrize(
+    "size, seals, reason",
+    [
+        (ring.HEADER_BYTES + ring.RING_BYTES, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW, "sealed"),
+        (ring.HEADER_BYTES + ring.RING_BYTES, ring.SEALS | fcntl.F_SEAL_WRITE, "sealed"),
+        (ring.HEADER_BYTES + ring.MAX_RING_BYTES + 4096, ring.SEALS, "bytes"),
+    ],
+    ids=["missing-seal", "write-sealed", "too-large"],
+)
+def test_a_member_passing_a_ring_that_breaks_the_rules_is_refused_and_logged(
+    loop, caplog, size, seals, reason
+):
+    caplog.set_level(logging.WARNING, "danaus")
+    keys = JobKeys.generate()
+    receiver, _ = make_plane(loop, "b", keys)
+    fd = _memfd(size, seals)
+    try:
+        with _member(receiver.address, keys) as raw:
+            socket.send_fds(raw, [ring.OFFER], [fd])
+            assert _closed_by_peer(raw)
+    finally:
+        os.close(fd)
+    assert any(reason in line for line in _refusals(caplog)), _refusals(caplog)
+    assert _memfds() == 0, "the refused ring is still open in the receiver"
+    assert loop.run(lambda: set(receiver._inbound)) == set()
+
+
+@pytest.mark.skipif(not ring.SUPPORTED, reason="rings are used on x86-64 only")
+def test_a_ring_passed_before_the_challenge_is_never_taken(loop, caplog):
+    caplog.set_level(logging.WARNING, "danaus")
+    keys = JobKeys.generate()
+    receiver, _ = make_plane(loop, "b", keys)
+    fd = _memfd(ring.HEADER_BYTES + ring.RING_BYTES, ring.SEALS)
+    try:
+        with _connect(receiver.address, "local") as raw:
+            raw.recv(challenge.GREETING_BYTES, socket.MSG_WAITALL)
+            socket.send_fds(raw, [os.urandom(challenge.ANSWER_BYTES)], [fd])
+            assert _closed_by_peer(raw)
+        assert _memfds() == 1, "the receiver took a descriptor from a stranger"
+    finally:
+        os.close(fd)
+    assert any("answer to the challenge" in line for line in _refusals(caplog))
+
+
+@pytest.mark.parametrize("way", ["tcp", "local-without-ring"])
+def test_a_ring_record_on_a_connection_that_shares_no_ring_is_rejected(loop, caplog, way):
+    caplog.set_level(logging.ERROR, "danaus")
+    keys = JobKeys.generate()
+    receiver, inbox = make_plane(loop, "b", keys)
+    with _member(receiver.address, keys, way.partition("-")[0]) as raw:
+        if way != "tcp":
+            raw.sendall(ring.NO_OFFER)
+        raw.sendall(LENGTH.pack(RING_RECORD | 100))
+        assert _closed_by_peer(raw)
+    assert any("shares none" in r.getMessage() for r in caplog.records)
+    assert inbox.messages == []
+
+
+@pytest.mark.skipif(not ring.SUPPORTED, reason="rings are used on x86-64 only")
+def test_a_message_header_in_the_ring_is_rejected(loop, caplog):
+    caplog.set_level(logging.ERROR, "danaus")
+    keys = JobKeys.generate(encrypt=False)
+    receiver, inbox = make_plane(loop, "b", keys)
+    producer, fd = ring.create()
+    try:
+        with _member(receiver.address, keys) as raw:
+            socket.send_fds(raw, [ring.OFFER], [fd])
+            os.close(fd)
+            slot = producer.slot(12)
+            assert slot is not None
+            slot[:] = struct.pack("<IQ", 1, 0)  # a message of one empty frame
+            del slot
+            raw.sendall(LENGTH.pack(RING_RECORD | 12))
+            assert _closed_by_peer(raw)
+    finally:
+        producer.close()
+    assert any("header in shared memory" in r.getMessage() for r in caplog.records)
+    assert inbox.messages == []
+
+
+@pytest.mark.skipif(not ring.SUPPORTED, reason="rings are used on x86-64 only")
+def test_no_descriptor_is_left_once_the_planes_are_closed():
+    def descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before, before_memfds = descriptors(), _memfds()
+    running = Loop()
+    try:
+        keys = JobKeys.generate()
+        sender, sender_inbox = make_plane(running, "a", keys)
+        receiver, inbox = make_plane(running, "b", keys)
+        sender.resolved("b", receiver.address)
+        receiver.resolved("a", sender.address)
+        sender.send("b", [os.urandom(3 * MiB)])
+        receiver.send("a", [os.urandom(3 * MiB)])
+        inbox.wait_for(1)
+        sender_inbox.wait_for(1)
+        assert shared(sender, "b") is not None and shared(sender, "b").placed > 0
+        assert _memfds() - before_memfds == 4, "two rings, each mapped on both sides"
+    finally:
+        running.close()
+    assert _memfds() == before_memfds
+    assert descriptors() == before

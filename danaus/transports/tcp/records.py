@@ -16,12 +16,18 @@ when the connection is ready for it, so that a large message is never sealed
 whole in advance. The receiver checks a record's length against the limit
 before it reads the body, and a header against ``max_message_bytes`` before it
 allocates the message, which it then fills record by record, in place.
+
+Between procs of one host, a chunk record may instead be sealed into memory the
+two procs share (`danaus.transports.tcp.ring`): the stream then carries only its
+length, with the `RING_RECORD` bit set, in the record's place. Such a record
+keeps its number in the connection's sequence (its nonce), and those 4 bytes
+are its associated data, so it opens only where and as it was sealed.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from cryptography.exceptions import InvalidTag
@@ -32,6 +38,9 @@ from danaus.transports.tcp.buffers import BufferCache
 
 LENGTH = struct.Struct("<I")
 """The length of the record body that follows."""
+RING_RECORD = 0x80000000
+"""Set in a record's length: its body is in the connection's shared ring, not on the stream
+(record lengths are far below 2**31)."""
 TAG_BYTES = 16
 MAX_FRAMES = 1 + wire.MAX_FRAMES
 """A kind frame, then at most what the wire allows."""
@@ -83,8 +92,18 @@ class Cipher:
         total = LENGTH.size + size + TAG_BYTES
         record = memoryview(into)[:total] if into is not None else memoryview(bytearray(total))
         record[: LENGTH.size] = length
-        self._aead.encrypt_into(self._nonce(), plain, length, record[LENGTH.size :])
+        self.seal_body(plain, length, record[LENGTH.size :])
         return [record]
+
+    def seal_body(self, plain: Any, length: bytes, out: memoryview) -> None:
+        """Write the body of the record carrying ``plain`` to ``out`` (``overhead`` bytes more).
+
+        ``length``: the 4 bytes that stand for the record on the stream.
+        """
+        if self._aead is None:
+            out[:] = memoryview(plain).cast("B")
+        else:
+            self._aead.encrypt_into(self._nonce(), plain, length, out)
 
     def open_into(self, length: bytes, body: memoryview, out: memoryview) -> None:
         """Open a sealed ``body`` into ``out`` (its plain size). Raises `RecordError`."""
@@ -122,6 +141,7 @@ def message_records(
     chunk_bytes: int,
     scratch: bytearray | None = None,
     lead_chunk_bytes: int | None = None,
+    ring: Callable[[int], memoryview | None] | None = None,
 ) -> Iterator[list[Any]]:
     """The records of ``message`` (its frames), each sealed only when it is asked for.
 
@@ -129,6 +149,8 @@ def message_records(
     each chunk of a large message is sealed, so the caller must be done with
     one before it asks for the next. ``lead_chunk_bytes``: the size of the
     records that carry the message's first `LEAD_BYTES` (default: ``chunk_bytes``).
+    ``ring``: where a chunk's body of so many bytes may go in shared memory, if it
+    has room (`ring.Producer.slot`); such a chunk's record is its descriptor alone.
     """
     record = inline_record(message, cipher) if chunk_bytes >= INLINE_BYTES else None
     if record is not None:
@@ -142,9 +164,31 @@ def message_records(
         start = 0
         while start < view.nbytes:
             end = min(start + (lead if sent < LEAD_BYTES else chunk_bytes), view.nbytes)
-            yield cipher.seal(view[start:end], scratch)
+            yield _chunk_record(view[start:end], cipher, scratch, ring)
             sent += end - start
             start = end
+
+
+def _chunk_record(
+    plain: memoryview,
+    cipher: Cipher,
+    scratch: bytearray | None,
+    ring: Callable[[int], memoryview | None] | None,
+) -> list[Any]:
+    if ring is not None:
+        size = plain.nbytes + cipher.overhead
+        slot = ring(size)
+        if slot is not None:
+            descriptor = LENGTH.pack(RING_RECORD | size)
+            cipher.seal_body(plain, descriptor, slot)
+            return [descriptor]
+    return cipher.seal(plain, scratch)
+
+
+def in_ring(record: list[Any]) -> bool:
+    """Whether ``record`` (from `message_records`) is a descriptor of a record in shared memory."""
+    head = record[0]
+    return len(head) == LENGTH.size and bool(LENGTH.unpack(head)[0] & RING_RECORD)
 
 
 class Assembly:
@@ -173,6 +217,11 @@ class Assembly:
             raise RecordError(
                 f"a record of {length} bytes (at most {self.max_record} on this connection)"
             )
+
+    @property
+    def filling(self) -> bool:
+        """Whether a message is under way: the next record fills it."""
+        return self._whole is not None
 
     def direct_target(self, length: int) -> memoryview | None:
         """Where a clear body of ``length`` bytes can be read straight into, if anywhere."""

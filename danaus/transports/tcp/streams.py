@@ -14,6 +14,14 @@ agrees the connection's session key; then it carries records
 (`danaus.transports.tcp.records`): AES-GCM with the job's ``encrypt`` (the
 default), in clear with ``encrypt=False``.
 
+On a Unix socket, the connecting proc then passes a ring of memory it shares
+with the peer (`danaus.transports.tcp.ring`; on x86-64), which the peer checks
+and maps as part of admitting the connection, under the same deadline. The
+chunk records of large messages are sealed into the ring when it has room, and
+the socket carries only their lengths in their place: the bytes cross from one
+proc to the other without the kernel's two copies through the socket. A record
+the ring has no room for goes on the socket as before; the sender never waits.
+
 No thread stands between a message and the kernel. The thread that sends seals
 the message and writes it itself, without blocking; whatever the socket does
 not take at once is written by the runtime loop's thread when the socket is
@@ -29,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import secrets
 import socket
 import threading
@@ -38,13 +47,16 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from danaus.transports import challenge
+from danaus.transports.tcp import ring
 from danaus.transports.tcp.buffers import BufferCache, allocate
 from danaus.transports.tcp.limits import Limits
 from danaus.transports.tcp.records import (
     LENGTH,
+    RING_RECORD,
     Assembly,
     Cipher,
     RecordError,
+    in_ring,
     inline_record,
     message_records,
 )
@@ -129,6 +141,83 @@ def _tuned(sock: socket.socket) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_SEND_BUFFER)
     sock.setblocking(False)
     return sock
+
+
+async def _when_ready(
+    loop: asyncio.AbstractEventLoop, sock: socket.socket, call: Callable[[], Any], write: bool
+) -> Any:
+    """``call()`` (a system call on ``sock``), again each time the socket is ready, until it
+    does not block."""
+    while True:
+        try:
+            return call()
+        except (BlockingIOError, InterruptedError):
+            pass
+        ready: asyncio.Future[None] = loop.create_future()
+        if write:
+            loop.add_writer(sock.fileno(), _wake, ready)
+        else:
+            loop.add_reader(sock.fileno(), _wake, ready)
+        try:
+            await ready
+        finally:
+            (loop.remove_writer if write else loop.remove_reader)(sock.fileno())
+
+
+def _wake(ready: asyncio.Future[None]) -> None:
+    if not ready.done():
+        ready.set_result(None)
+
+
+async def _offer_ring(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> ring.Producer | None:
+    """Share a new ring with the peer at the other end of Unix socket ``sock``, if possible.
+
+    Sends `ring.OFFER` and the ring's descriptor, or `ring.NO_OFFER` when this
+    machine does not use rings or the system cannot make one.
+    """
+    producer, fd = None, None
+    if ring.SUPPORTED and ring.RING_BYTES:
+        try:
+            producer, fd = ring.create()
+        except OSError as exc:
+            log.debug("no shared-memory ring for a local connection: %r", exc)
+    try:
+        if fd is None:
+            await _when_ready(loop, sock, lambda: sock.send(ring.NO_OFFER), write=True)
+        else:
+            await _when_ready(
+                loop, sock, lambda: socket.send_fds(sock, [ring.OFFER], [fd]), write=True
+            )
+    except BaseException:
+        if producer is not None:
+            producer.close()
+        raise
+    finally:
+        if fd is not None:
+            os.close(fd)
+    return producer
+
+
+async def _take_ring(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> ring.Consumer | None:
+    """The ring the peer at the other end of Unix socket ``sock`` shares, if any (checked).
+
+    Raises `ring.RingError` for anything but one offer byte with one acceptable
+    ring, or the no-offer byte alone.
+    """
+    data, fds, flags, _ = await _when_ready(
+        loop, sock, lambda: socket.recv_fds(sock, 1, 1), write=False
+    )
+    if not data:
+        for fd in fds:
+            os.close(fd)
+        raise ConnectionError("the peer closed the connection after the challenge")
+    if data == ring.NO_OFFER and not fds and not flags & socket.MSG_CTRUNC:
+        return None
+    if data != ring.OFFER or len(fds) != 1 or flags & socket.MSG_CTRUNC:
+        for fd in fds:
+            os.close(fd)
+        raise ring.RingError("not one shared-memory ring after the challenge")
+    return ring.accept(fds[0])
 
 
 async def _receive_exactly(
@@ -280,30 +369,38 @@ class StreamPlane:
         """Admit ``conn`` once its peer has proved it belongs to the job."""
         timeout = self.limits.handshake_timeout
         try:
-            exchange = await asyncio.wait_for(self._check_peer(conn), timeout)
+            exchange, shared = await asyncio.wait_for(self._check_peer(conn), timeout)
         except asyncio.TimeoutError:
             self._refuse(conn, peer, f"no answer to the challenge within {timeout:g} s")
             return
-        except (challenge.HandshakeError, OSError) as exc:
+        except (challenge.HandshakeError, ring.RingError, OSError) as exc:
             self._refuse(conn, peer, str(exc) or repr(exc))
             return
         finally:
             self._strangers -= 1
         if self.stopping:
             conn.close()
+            if shared is not None:
+                shared.close()
             return
-        inbound = Inbound(self, conn, exchange.proc, self._cipher(exchange))
+        inbound = Inbound(self, conn, exchange.proc, self._cipher(exchange), shared)
         self._inbound.add(inbound)
         self.loop.add_reader(conn.fileno(), inbound.readable)
 
-    async def _check_peer(self, conn: socket.socket) -> challenge.Exchange:
+    async def _check_peer(
+        self, conn: socket.socket
+    ) -> tuple[challenge.Exchange, ring.Consumer | None]:
+        """The peer's exchange once it passed the challenge, and (over the Unix socket) the
+        ring it shares, if any: nothing but the challenge is read from a stranger."""
         own = challenge.Ephemeral()
         greeting = challenge.greeting(own)
         await self.loop.sock_sendall(conn, greeting)
         answer = await _receive_exactly(self.loop, conn, challenge.ANSWER_BYTES)
         exchange, welcome = challenge.check_answer(self.keys.secret, answer, greeting, own)
         await self.loop.sock_sendall(conn, welcome)
-        return exchange
+        if conn.family != socket.AF_UNIX:
+            return exchange, None
+        return exchange, await _take_ring(self.loop, conn)
 
     def _cipher(self, exchange: challenge.Exchange) -> Cipher:
         return Cipher(exchange.session_key(self.keys.secret) if self.keys.encrypt else None)
@@ -385,6 +482,8 @@ class Outbound:
         self._opening: asyncio.Task[None] | None = None
         self._scratch: bytearray | None = None
         """Where the chunks of large messages are sealed, one at a time (made on first use)."""
+        self._ring: ring.Producer | None = None
+        """Memory shared with a peer on this host, where chunks go when it has room."""
 
     def send(self, message: list[Any]) -> None:
         with self._lock:
@@ -457,7 +556,7 @@ class Outbound:
                 family = socket.AF_INET6 if ":" in host else socket.AF_INET
                 sock = _tuned(socket.socket(family, socket.SOCK_STREAM))
             try:
-                exchange = await asyncio.wait_for(
+                exchange, shared = await asyncio.wait_for(
                     self._prove(sock, host, port), plane.limits.handshake_timeout
                 )
                 break
@@ -482,8 +581,11 @@ class Outbound:
         with self._lock:
             if self._closed:
                 sock.close()
+                if shared is not None:
+                    shared.close()
                 return
             self._sock = sock
+            self._ring = shared
             self._cipher = plane._cipher(exchange)
             if not self._write():
                 self._arm()
@@ -500,7 +602,10 @@ class Outbound:
             return None
         return sock
 
-    async def _prove(self, sock: socket.socket, host: str, port: int) -> challenge.Exchange:
+    async def _prove(
+        self, sock: socket.socket, host: str, port: int
+    ) -> tuple[challenge.Exchange, ring.Producer | None]:
+        """Pass the peer's challenge; over a Unix socket, then offer it a ring."""
         plane = self._plane
         if sock.family != socket.AF_UNIX:
             await plane.loop.sock_connect(sock, (host, port))
@@ -510,7 +615,10 @@ class Outbound:
         answer = challenge.answer(plane.keys.secret, plane.proc.encode(), bytes(greeting), own)
         await plane.loop.sock_sendall(sock, answer)
         welcome = await _receive_exactly(plane.loop, sock, challenge.WELCOME_BYTES)
-        return challenge.check_welcome(plane.keys.secret, welcome, bytes(greeting), answer, own)
+        exchange = challenge.check_welcome(plane.keys.secret, welcome, bytes(greeting), answer, own)
+        if sock.family != socket.AF_UNIX:
+            return exchange, None
+        return exchange, await _offer_ring(plane.loop, sock)
 
     # ---- writing (under the lock) -------------------------------------------------------
 
@@ -533,7 +641,9 @@ class Outbound:
         """Seal records into `_ready`, up to `WRITE_BATCH` bytes; False if none is left.
 
         A chunk sealed into the scratch buffer ends the batch: the next one
-        is sealed there only once the kernel has taken this one.
+        is sealed there only once the kernel has taken this one. So does one
+        sealed into the ring: its descriptor goes out at once, and the peer
+        opens it while this side seals the next.
         """
         assert self._cipher is not None
         size = 0
@@ -547,8 +657,14 @@ class Outbound:
                     self._plane.limits.chunk_bytes,
                     self._scratch_buffer(),
                     LEAD_CHUNK_BYTES if self._cipher.encrypts else None,
+                    self._ring.slot if self._ring is not None else None,
                 )
-            record = next(self._records, None)
+            try:
+                record = next(self._records, None)
+            except ring.RingError as exc:
+                log.error("proc %s: %s broke the shared ring: %s", self._plane.proc, self.dest, exc)
+                self._broken(exc)
+                break
             if record is None:
                 self._records = None
                 continue
@@ -557,7 +673,9 @@ class Outbound:
                 if view.nbytes:
                     self._ready.append(view)
                     size += view.nbytes
-            if self._scratch is not None and memoryview(record[0]).obj is self._scratch:
+            if in_ring(record) or (
+                self._scratch is not None and memoryview(record[0]).obj is self._scratch
+            ):
                 break
         return bool(self._ready)
 
@@ -580,7 +698,7 @@ class Outbound:
                 ready[0] = head[sent:]
                 sent = 0
 
-    def _broken(self, exc: OSError) -> None:
+    def _broken(self, exc: Exception) -> None:
         """The peer is gone (its loss is reported by the control plane): drop what is left."""
         log.debug("proc %s: the connection to %s broke: %r", self._plane.proc, self.dest, exc)
         self._failed = True
@@ -623,6 +741,10 @@ class Outbound:
             if deadline is not None:
                 self._linger(sock, deadline)
             sock.close()
+            if self._ring is not None:
+                self._records = None  # its slots are views of the ring
+                self._ring.close()
+                self._ring = None
 
     def _linger(self, sock: socket.socket, deadline: float) -> None:
         self._sock = sock
@@ -640,12 +762,21 @@ class Outbound:
 class Inbound:
     """One authenticated connection from a peer, read on the loop's thread."""
 
-    def __init__(self, plane: StreamPlane, sock: socket.socket, peer: str, cipher: Cipher) -> None:
+    def __init__(
+        self,
+        plane: StreamPlane,
+        sock: socket.socket,
+        peer: str,
+        cipher: Cipher,
+        shared: ring.Consumer | None = None,
+    ) -> None:
         self._plane = plane
         self._sock = sock
         self.peer = peer
         self.local = sock.family == socket.AF_UNIX
         """It came over the Unix socket: the peer runs on this host."""
+        self._ring = shared
+        """Memory the peer shares with this proc, where it may place chunk records."""
         self._assembly = Assembly(
             cipher,
             plane.limits.frame_bytes + cipher.overhead,
@@ -708,8 +839,13 @@ class Inbound:
         view = self._view
         while self._end - self._start >= LENGTH.size and not self._closed:
             (length,) = LENGTH.unpack_from(view, self._start)
-            self._assembly.check_length(length)
             body_at = self._start + LENGTH.size
+            if length & RING_RECORD:
+                header = bytes(view[self._start : body_at])
+                self._start = body_at
+                self._from_ring(header, length & ~RING_RECORD)
+                continue
+            self._assembly.check_length(length)
             available = self._end - body_at
             if available >= length:
                 header = bytes(view[self._start : body_at])
@@ -725,6 +861,21 @@ class Inbound:
             remaining = self._end - self._start
             self._buffer[:remaining] = view[self._start : self._end]
             self._start, self._end = 0, remaining
+
+    def _from_ring(self, header: bytes, length: int) -> None:
+        """Take a chunk record from the shared ring (``header``: its descriptor)."""
+        if self._ring is None:
+            raise RecordError("a record in shared memory on a connection that shares none")
+        self._assembly.check_length(length)
+        if not self._assembly.filling:
+            raise RecordError("a message header in shared memory (only chunks go there)")
+        body = self._ring.record(length)
+        try:
+            frames = self._assembly.opened(header, body)
+        finally:
+            body.release()  # no view of the ring outlives the record (an error's traceback)
+        self._ring.release()
+        self._deliver(frames)
 
     def _begin_body(self, header: bytes, length: int, body_at: int, available: int) -> None:
         target = self._assembly.direct_target(length)
@@ -760,4 +911,7 @@ class Inbound:
         with contextlib.suppress(ValueError, OSError):
             self._plane.loop.remove_reader(self._sock.fileno())
         self._sock.close()
+        if self._ring is not None:
+            self._ring.close()
+            self._ring = None
         self._plane.dropped(self)
