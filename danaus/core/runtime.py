@@ -58,7 +58,37 @@ Target = tuple[str, int]
 
 
 class Runtime:
-    """One proc's actors, ports and message routing."""
+    """One proc's actors, ports and message routing.
+
+    Its fields are slots, as `Instance`'s are: every message reads some.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_actors",
+        "_gone",
+        "_held",
+        "_ids",
+        "_inbound",
+        "_last_id",
+        "_lost",
+        "_outbound",
+        "_ports",
+        "_watched",
+        "client",
+        "host",
+        "host_agent",
+        "loop",
+        "max_payload",
+        "observer",
+        "pid",
+        "proc_id",
+        "relays",
+        "supervisor",
+        "trace",
+        "transport",
+        "world",
+    )
 
     def __init__(
         self,
