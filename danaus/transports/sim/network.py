@@ -261,7 +261,23 @@ class _Link:
 
 
 class SimTransport(Transport):
-    """A simulated proc's endpoint on the `SimNetwork`."""
+    """A simulated proc's endpoint on the `SimNetwork` (in slots: every message reads some)."""
+
+    __slots__ = (
+        "held_in",
+        "held_out",
+        "host",
+        "network",
+        "nic",
+        "on_frames",
+        "on_loss",
+        "pauses",
+        "proc_id",
+        "replaced",
+        "routes",
+        "slowness",
+        "state",
+    )
 
     memory_backend = "sim"
     memory_one_sided = True
