@@ -47,3 +47,30 @@ def test_messages_arrive_in_time_then_send_order_whatever_their_lane(seed):
     assert len(arrived) == sent
     assert arrived == sorted(arrived)
     assert len({t for t, _ in arrived}) < sent  # some were due together
+
+
+def test_a_proc_attached_again_gets_what_is_sent_to_its_id_even_in_flight():
+    """Routes remember each destination's endpoint: one attached again under the same proc id
+    (a proc restarted) takes its place, for messages already on their way and later ones."""
+    env = simpy.Environment()
+    network = SimNetwork(env, None, NetworkModel(), random.Random(0), Trace(lambda: env.now))
+    got: list[tuple[str, bytes]] = []
+    network.add_host("h0")
+    network.add_host("h1")
+
+    def attach(proc: str, host: str, name: str):
+        endpoint = network.attach(proc, host)
+        endpoint.start(lambda src, frames: got.append((name, bytes(frames[0]))), None)
+        network.up(proc)
+        return endpoint
+
+    sender = attach("a", "h0", "a")
+    attach("b", "h1", "first b")
+    sender.send("b", [b"1"])
+    env.run()
+    sender.send("b", [b"2"])
+    network.down("b", "restarted")
+    attach("b", "h1", "second b")
+    sender.send("b", [b"3"])
+    env.run()
+    assert got == [("first b", b"1"), ("second b", b"2"), ("second b", b"3")]

@@ -184,6 +184,8 @@ class Relays:
     thread. A lock guards what both touch: the hops awaiting acknowledgement.
     """
 
+    __slots__ = ("_acks_due", "_by_child", "_hops", "_lock", "_runtime", "_unacked")
+
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
         self._lock = threading.Lock()

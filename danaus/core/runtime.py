@@ -58,7 +58,37 @@ Target = tuple[str, int]
 
 
 class Runtime:
-    """One proc's actors, ports and message routing."""
+    """One proc's actors, ports and message routing.
+
+    Its fields are slots, as `Instance`'s are: every message reads some.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_actors",
+        "_gone",
+        "_held",
+        "_ids",
+        "_inbound",
+        "_last_id",
+        "_lost",
+        "_outbound",
+        "_ports",
+        "_watched",
+        "client",
+        "host",
+        "host_agent",
+        "loop",
+        "max_payload",
+        "observer",
+        "pid",
+        "proc_id",
+        "relays",
+        "supervisor",
+        "trace",
+        "transport",
+        "world",
+    )
 
     def __init__(
         self,
@@ -377,14 +407,15 @@ class Runtime:
             log.error("proc %s rejected a message from %s: %s", self.proc_id, src, exc)
             self._refuse(src, frames, exc)
             return
-        if isinstance(envelope, Call):
+        kind = envelope.__class__  # each kind of envelope is a final class
+        if kind is Call:
             self._arrived(envelope.origin or src, envelope, payload)
-        elif isinstance(envelope, Cast):
+        elif kind is Cast:
             self.relays.forward(src, envelope, payload)
             self._arrived(envelope.origin, envelope.call, payload)
-        elif isinstance(envelope, Ack):
+        elif kind is Ack:
             self.relays.acked(src, envelope)
-        elif isinstance(envelope, Reply):
+        elif kind is Reply:
             if self.trace.enabled:
                 self.trace.record(
                     ev.ReplyReceived(
@@ -392,7 +423,7 @@ class Runtime:
                     )
                 )
             self._route_reply(src, envelope, payload)
-        elif isinstance(envelope, Returned):
+        elif kind is Returned:
             self._route_returned(envelope, payload)
         else:
             self.trace.record(

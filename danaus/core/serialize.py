@@ -184,6 +184,8 @@ def loads(frames: Sequence[Buffer]) -> Any:
     frames' memory, so each frame must be writable and the receiver's own; a
     read-only one (a small zmq frame, say) is copied first.
     """
+    if len(frames) == 1:  # the most common case, without a list of no buffers to build
+        return pickle.loads(frames[0], buffers=())
     return pickle.loads(frames[0], buffers=[_writable(frame) for frame in frames[1:]])
 
 

@@ -126,7 +126,12 @@ Memory = memoryview | DeviceMemory
 
 
 class Transport(ABC):
-    """One proc's endpoint: it sends frames to other procs by proc id."""
+    """One proc's endpoint: it sends frames to other procs by proc id.
+
+    It has no fields of its own, so that a transport may keep its own in slots.
+    """
+
+    __slots__ = ()
 
     proc_id: str
     memory_backend: str = "none"

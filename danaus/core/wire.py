@@ -23,6 +23,8 @@ MAX_HEADER_BYTES = 64 * 1024
 MAX_FRAMES = 1 + 1 + 4096
 PLAIN_RETURNS = 1
 PLAIN_PORT = 2
+_KINDS_OF_METHOD = (0, PLAIN_RETURNS, PLAIN_PORT)
+"""The values of `Call.plain`."""
 MAX_FANOUT = 1024
 """The widest fan-out a cast may ask forwarding procs for."""
 MAX_SUBTREE = 4096
@@ -71,7 +73,7 @@ class Call(msgspec.Struct, tag="call", array_like=True, omit_defaults=True):
     came from)."""
 
     def validate(self) -> None:
-        if self.plain not in (0, PLAIN_RETURNS, PLAIN_PORT):
+        if self.plain not in _KINDS_OF_METHOD:
             raise FrameError("call: unknown kind of method")
         if len(self.labels) != len(self.sizes) or (self.sizes and min(self.sizes) < 1):
             raise FrameError("call: labels and sizes disagree")
@@ -167,6 +169,7 @@ Envelope = Call | Cast | Ack | Reply | Fail | Returned
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Envelope)
 _PREFIX = MAGIC + bytes([VERSION])
+_PREFIX_BYTES = len(_PREFIX)
 
 
 def encode(envelope: Envelope, payload: Sequence[Buffer]) -> list[Buffer]:
@@ -183,19 +186,21 @@ def decode(frames: Sequence[Buffer], max_bytes: int | None = None) -> tuple[Enve
     header = memoryview(frames[0])
     if header.nbytes > MAX_HEADER_BYTES:
         raise FrameError(f"header of {header.nbytes} bytes exceeds {MAX_HEADER_BYTES}")
-    if header[: len(_PREFIX)] != _PREFIX:
-        if header.nbytes < len(_PREFIX) or bytes(header[: len(MAGIC)]) != MAGIC:
+    if header[:_PREFIX_BYTES] != _PREFIX:
+        if header.nbytes < _PREFIX_BYTES or bytes(header[: len(MAGIC)]) != MAGIC:
             raise FrameError("not a Danaus frame (bad magic)")
         raise FrameError(f"protocol version {header[len(MAGIC)]}, expected {VERSION}")
-    payload = list(frames[1:])
+    payload = frames[1:]
     if not payload:
         raise FrameError("message has no payload")
+    if type(payload) is not list:
+        payload = list(payload)
     if max_bytes is not None:
         total = sum(memoryview(f).nbytes for f in payload)
         if total > max_bytes:
             raise FrameError(f"payload of {total} bytes exceeds the limit of {max_bytes}")
     try:
-        envelope = _decoder.decode(header[len(_PREFIX) :])
+        envelope = _decoder.decode(header[_PREFIX_BYTES:])
     except (msgspec.MsgspecError, ValueError) as exc:
         raise FrameError(f"bad envelope: {exc}") from None
     envelope.validate()
@@ -225,10 +230,10 @@ def rejected(frames: Sequence[Buffer], sender: str) -> Rejected | None:
     that forwarded a cast. None if the header is not a call or cast at all.
     """
     header = memoryview(frames[0]) if frames else memoryview(b"")
-    if header.nbytes > MAX_HEADER_BYTES or bytes(header[: len(_PREFIX)]) != _PREFIX:
+    if header.nbytes > MAX_HEADER_BYTES or bytes(header[:_PREFIX_BYTES]) != _PREFIX:
         return None
     try:
-        raw = msgspec.msgpack.decode(header[len(_PREFIX) :])
+        raw = msgspec.msgpack.decode(header[_PREFIX_BYTES:])
     except (msgspec.MsgspecError, ValueError):
         return None
     if not isinstance(raw, list) or not raw:

@@ -129,6 +129,9 @@ class _Lane:
 class _Queue:
     """A FIFO single server: a NIC direction or a host's memory bus.
 
+    A message that comes at time t and takes d seconds leaves it at
+    ``max(t, free_at) + d``, which is then its ``free_at`` (`SimNetwork._schedule`
+    computes this inline: it does for every message, at each queue on the way).
     ``lane`` holds the arrivals of the messages it served last on their way.
     """
 
@@ -137,11 +140,6 @@ class _Queue:
     def __init__(self) -> None:
         self.free_at = 0.0
         self.lane = _Lane()
-
-    def serve(self, arrival: float, duration: float) -> float:
-        start = arrival if arrival > self.free_at else self.free_at
-        self.free_at = start + duration
-        return self.free_at
 
 
 class _Host:
@@ -162,11 +160,12 @@ class _Host:
 class _Message:
     """Something crossing the network: frames for the runtime, or a transfer the network serves.
 
-    While it travels it is the SimPy event of its arrival: ``Environment.step``
-    calls each of its ``callbacks`` with it, and reads ``_ok`` (always true).
+    While it travels it is the SimPy event of its arrival: the loop (as
+    ``Environment.step`` would) calls each of its ``callbacks`` with it, and
+    reads ``_ok`` (always true).
     """
 
-    __slots__ = ("callbacks", "deliver", "dst", "frames", "lane", "size", "src")
+    __slots__ = ("callbacks", "deliver", "dst", "frames", "lane", "receiver", "size", "src")
 
     _ok = True
 
@@ -186,6 +185,8 @@ class _Message:
         self.callbacks: tuple[Callable[[_Message], None], ...] | None = None
         self.lane: _Lane | None = None
         """The lane whose next event follows this one's arrival, while it is on the heap."""
+        self.receiver: SimTransport | None = None
+        """The endpoint of ``dst`` when it was sent on its way (see `SimTransport.replaced`)."""
 
 
 class _MemoryOp:
@@ -227,6 +228,23 @@ _BOOTING, _UP, _PAUSED, _DOWN = ProcState.BOOTING, ProcState.UP, ProcState.PAUSE
 off an Enum class costs a few times what reading a global does."""
 
 
+class _Route:
+    """What one proc's messages to one destination need on their way, in one object.
+
+    Looking up the destination's endpoint and the last arrival by proc id for
+    every message took two dictionaries; at thousands of procs each lookup
+    mostly missed the CPU's caches.
+    """
+
+    __slots__ = ("last", "receiver")
+
+    def __init__(self) -> None:
+        self.receiver: SimTransport | None = None
+        """The destination's endpoint (None: not attached yet); refreshed once `replaced`."""
+        self.last = 0.0
+        """When the latest message along this route arrives: none may arrive before it."""
+
+
 class _Link:
     """The state of one direction between two hosts, while a fault changes it."""
 
@@ -241,21 +259,39 @@ class _Link:
 
 
 class SimTransport(Transport):
-    """A simulated proc's endpoint on the `SimNetwork`."""
+    """A simulated proc's endpoint on the `SimNetwork` (in slots: every message reads some)."""
+
+    __slots__ = (
+        "held_in",
+        "held_out",
+        "host",
+        "network",
+        "nic",
+        "on_frames",
+        "on_loss",
+        "pauses",
+        "proc_id",
+        "replaced",
+        "routes",
+        "slowness",
+        "state",
+    )
 
     memory_backend = "sim"
     memory_one_sided = True
 
     def __init__(
-        self, network: SimNetwork, proc_id: str, host: str, last_arrival: dict[str, float]
+        self, network: SimNetwork, proc_id: str, host: str, routes: dict[str, _Route]
     ) -> None:
         self.network = network
         self.proc_id = proc_id
         self.host = host
         self.nic = network.hosts[host]
         """The host's queues this proc's messages go through."""
-        self.last_arrival = last_arrival
-        """When the latest message from this proc to each destination arrives (for FIFO)."""
+        self.routes = routes
+        """This proc's routes, by destination (kept for its proc id across attachments)."""
+        self.replaced = False
+        """Another endpoint was attached under this proc id: messages go to that one."""
         self.state = ProcState.BOOTING
         self.on_frames: FrameHandler | None = None
         self.on_loss: LossHandler | None = None
@@ -313,8 +349,8 @@ class SimNetwork:
         self._memory: dict[tuple[str, int], memoryview] = {}
         self._memory_keys = itertools.count(1)
         self._memory_ops: dict[str, list[_MemoryOp]] = {}
-        self._last_arrival: dict[str, dict[str, float]] = {}
-        """Per sender, then per destination: when the latest message arrives."""
+        self._routes: dict[str, dict[str, _Route]] = {}
+        """Per sender, then per destination: its `_Route`."""
         self._watchers: dict[str, dict[str, None]] = {}
         self._losses: dict[str, ProcLoss] = {}
         self.on_silent: Callable[[str], None] | None = None
@@ -337,8 +373,8 @@ class SimNetwork:
         previous = self.endpoints.get(proc)
         if previous is not None:
             del previous.nic.endpoints[proc]
-        last_arrival = self._last_arrival.setdefault(proc, {})
-        endpoint = SimTransport(self, proc, host, last_arrival)
+            previous.replaced = True
+        endpoint = SimTransport(self, proc, host, self._routes.setdefault(proc, {}))
         self.endpoints[proc] = endpoint
         endpoint.nic.endpoints[proc] = endpoint
         return endpoint
@@ -347,7 +383,7 @@ class SimNetwork:
         """``proc`` has booted: deliver what waited for it, in order."""
         self.endpoints[proc].state = ProcState.UP
         for message in self._waiting.pop(proc, ()):
-            self._schedule(message, self.endpoints[message.src], self.endpoints[message.dst])
+            self._reschedule(message)
 
     def down(self, proc: str, reason: str, **details: Any) -> None:
         """``proc`` is gone: its watchers (and later senders) are told."""
@@ -467,7 +503,7 @@ class SimNetwork:
         link.held = False
         waiting, link.waiting = link.waiting, []
         for message in waiting:
-            self._schedule(message, self.endpoints[message.src], self.endpoints[message.dst])
+            self._reschedule(message)
 
     def watch(self, watcher: str, proc: str) -> None:
         loss = self._losses.get(proc)
@@ -493,15 +529,33 @@ class SimNetwork:
             return
         if sender.state is _DOWN:
             return
-        receiver = self.endpoints.get(message.dst)
+        route = sender.routes.get(message.dst)
+        if route is None or route.receiver is None or route.receiver.replaced:
+            route = self._route(sender, message.dst)
+        receiver = route.receiver
         if receiver is None or receiver.state is _BOOTING:
             self._waiting.setdefault(message.dst, []).append(message)
         elif receiver.state is _DOWN:
             self.watch(message.src, message.dst)
         else:
-            self._schedule(message, sender, receiver)
+            self._schedule(message, sender, route)
 
-    def _schedule(self, message: _Message, sender: SimTransport, receiver: SimTransport) -> None:
+    def _route(self, sender: SimTransport, dst: str) -> _Route:
+        """``sender``'s route to ``dst``, made if new, to the endpoint attached as ``dst`` now."""
+        route = sender.routes.get(dst)
+        if route is None:
+            route = sender.routes[dst] = _Route()
+        route.receiver = self.endpoints.get(dst)
+        return route
+
+    def _reschedule(self, message: _Message) -> None:
+        """Put ``message``, which waited for its link or its receiver, on its way now."""
+        sender = self.endpoints[message.src]
+        self._schedule(message, sender, self._route(sender, message.dst))
+
+    def _schedule(self, message: _Message, sender: SimTransport, route: _Route) -> None:
+        """Put ``message`` on its way along ``route``, whose receiver is attached."""
+        receiver: SimTransport = route.receiver  # type: ignore[assignment]
         model = self.model
         env = self.env
         now = env._now
@@ -509,7 +563,9 @@ class SimNetwork:
         src_host, dst_host = sender.nic, receiver.nic
         if src_host is dst_host:
             queue = src_host.bus
-            done = queue.serve(now, model.per_message + size / model.local_bandwidth)
+            free = queue.free_at
+            duration = model.per_message + size / model.local_bandwidth
+            done = queue.free_at = (now if now > free else free) + duration
             arrival = done + model.local_latency
         else:
             links = src_host.links
@@ -518,7 +574,10 @@ class SimNetwork:
                 link.waiting.append(message)
                 return
             bandwidth = model.bandwidth * src_host.bandwidth_factor
-            done = src_host.tx.serve(now, model.per_message + size / bandwidth)
+            queue = src_host.tx
+            free = queue.free_at
+            duration = model.per_message + size / bandwidth
+            done = queue.free_at = (now if now > free else free) + duration
             delay = model.latency
             if self._jitter_rate:
                 delay += self.rng.expovariate(self._jitter_rate)
@@ -528,18 +587,19 @@ class SimNetwork:
                     delay += self.rng.expovariate(1.0 / link.jitter)
             bandwidth = model.bandwidth * dst_host.bandwidth_factor
             queue = dst_host.rx
-            arrival = queue.serve(done + delay, size / bandwidth)
+            free = queue.free_at
+            ready = done + delay
+            arrival = queue.free_at = (ready if ready > free else free) + size / bandwidth
         slowness = sender.slowness + receiver.slowness
         if slowness:
             arrival += slowness
         if self.extra_delay is not None:
             arrival += self.extra_delay()
-        last_arrival = sender.last_arrival
-        last = last_arrival.get(message.dst, 0.0)
-        if arrival < last:
-            arrival = last
-        last_arrival[message.dst] = arrival
+        if arrival < route.last:
+            arrival = route.last
+        route.last = arrival
         # What env.timeout(arrival - now) would schedule, with the message as the event.
+        message.receiver = receiver
         message.callbacks = self._arrival
         queue.lane.add(env._queue, (now + (arrival - now), NORMAL, next(env._eid), message))
 
@@ -550,7 +610,9 @@ class SimNetwork:
         if lane is not None:
             message.lane = None
             lane.advance(self.env._queue)
-        endpoint = self.endpoints[message.dst]
+        endpoint: SimTransport = message.receiver  # type: ignore[assignment]
+        if endpoint.replaced:
+            endpoint = self.endpoints[message.dst]
         if endpoint.state is _PAUSED:
             endpoint.held_in.append(message)
         elif endpoint.state is _UP:
