@@ -35,7 +35,8 @@ def _params() -> list[Any]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``--danaus-sim`` only the simulator's instances of the suite run."""
+    """The suite runs transport by transport; under ``--danaus-sim`` only on the simulator."""
+    _by_transport(items)
     if not config.getoption("--danaus-sim", default=False):
         return
     real = [item for item in items if _transport_of(item) not in (None, "sim")]
@@ -44,10 +45,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if item not in real]
 
 
-def _transport_of(item: pytest.Item) -> str | None:
+def _by_transport(items: list[pytest.Item]) -> None:
+    """Put the suite's tests in the order of `available`, each transport's in module order.
+
+    A transport's fork server, kept between worlds, and a cluster's waiting host
+    agents, started for the transport of the last job, then serve one test
+    after another, instead of being started again for each module's first tests.
+    """
+    order = {transport.id: index for index, transport in enumerate(available())}
+    places = [index for index, item in enumerate(items) if _transport(item) is not None]
+    ranked = sorted((items[index] for index in places), key=lambda item: order[_transport(item).id])
+    for index, item in zip(places, ranked, strict=True):
+        items[index] = item
+
+
+def _transport(item: pytest.Item) -> Transport | None:
     callspec = getattr(item, "callspec", None)
     param = callspec.params.get("transport") if callspec is not None else None
-    return param.name if isinstance(param, Transport) else None
+    return param if isinstance(param, Transport) else None
+
+
+def _transport_of(item: pytest.Item) -> str | None:
+    transport = _transport(item)
+    return transport.name if transport is not None else None
 
 
 @pytest.fixture(params=_params(), scope="module")
