@@ -492,16 +492,9 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
         if capped:
             deadline = limit
         events = env._queue  # what env.peek() reads, without a call per event
-        inf, pop = math.inf, heapq.heappop
-        while events and deadline >= (when := events[0][0]) != inf:
-            # What env.step() does, without a call (and its handlers) per event.
-            event = pop(events)[3]
-            env._now = when
-            callbacks, event.callbacks = event.callbacks, None
-            for callback in callbacks:
-                callback(event)
-            if not event._ok and not hasattr(event, "_defused"):
-                raise _failure(event)
+        step = env.step
+        while events and events[0][0] <= deadline and events[0][0] != math.inf:
+            step()
             if ready or (self._watches and self._a_watch_holds()):
                 return
         if capped:
@@ -713,13 +706,6 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
             "set_default_executor() is not available on the simulator: threads do not run in "
             "virtual time"
         )
-
-
-def _failure(event: simpy.Event) -> BaseException:
-    """What SimPy raises for an event that failed and was not defused: a copy of its error."""
-    exc = type(event._value)(*event._value.args)
-    exc.__cause__ = event._value
-    return exc
 
 
 def _nothing() -> None:

@@ -129,9 +129,6 @@ class _Lane:
 class _Queue:
     """A FIFO single server: a NIC direction or a host's memory bus.
 
-    A message that comes at time t and takes d seconds leaves it at
-    ``max(t, free_at) + d``, which is then its ``free_at`` (`SimNetwork._schedule`
-    computes this inline: it does for every message, at each queue on the way).
     ``lane`` holds the arrivals of the messages it served last on their way.
     """
 
@@ -140,6 +137,11 @@ class _Queue:
     def __init__(self) -> None:
         self.free_at = 0.0
         self.lane = _Lane()
+
+    def serve(self, arrival: float, duration: float) -> float:
+        start = arrival if arrival > self.free_at else self.free_at
+        self.free_at = start + duration
+        return self.free_at
 
 
 class _Host:
@@ -563,9 +565,7 @@ class SimNetwork:
         src_host, dst_host = sender.nic, receiver.nic
         if src_host is dst_host:
             queue = src_host.bus
-            free = queue.free_at
-            duration = model.per_message + size / model.local_bandwidth
-            done = queue.free_at = (now if now > free else free) + duration
+            done = queue.serve(now, model.per_message + size / model.local_bandwidth)
             arrival = done + model.local_latency
         else:
             links = src_host.links
@@ -574,10 +574,7 @@ class SimNetwork:
                 link.waiting.append(message)
                 return
             bandwidth = model.bandwidth * src_host.bandwidth_factor
-            queue = src_host.tx
-            free = queue.free_at
-            duration = model.per_message + size / bandwidth
-            done = queue.free_at = (now if now > free else free) + duration
+            done = src_host.tx.serve(now, model.per_message + size / bandwidth)
             delay = model.latency
             if self._jitter_rate:
                 delay += self.rng.expovariate(self._jitter_rate)
@@ -587,9 +584,7 @@ class SimNetwork:
                     delay += self.rng.expovariate(1.0 / link.jitter)
             bandwidth = model.bandwidth * dst_host.bandwidth_factor
             queue = dst_host.rx
-            free = queue.free_at
-            ready = done + delay
-            arrival = queue.free_at = (ready if ready > free else free) + size / bandwidth
+            arrival = queue.serve(done + delay, size / bandwidth)
         slowness = sender.slowness + receiver.slowness
         if slowness:
             arrival += slowness
