@@ -105,6 +105,18 @@ def make_plane(
     return plane, inbox
 
 
+def connected(
+    loop: Loop, keys: JobKeys, limits: Limits | None = None
+) -> tuple[StreamPlane, StreamPlane, Inbox]:
+    """Planes ``a`` and ``b``, ``a`` connected to ``b`` (a first message has arrived)."""
+    sender, _ = make_plane(loop, "a", keys, limits)
+    receiver, inbox = make_plane(loop, "b", keys, limits)
+    sender.resolved("b", receiver.address)
+    sender.send("b", [b"hello"])
+    inbox.wait_for(1)
+    return sender, receiver, inbox
+
+
 SMALL_RING = 320 * 1024
 """Holds one 256 KiB record at a time: records of large messages mix ring and socket, and wrap."""
 
@@ -180,11 +192,7 @@ def test_records_the_ring_has_no_room_for_go_on_the_socket_in_their_place(
     monkeypatch.setattr(ring, "RING_BYTES", SMALL_RING)
     keys = JobKeys.generate(encrypt=encrypt)
     limits = Limits(frame_bytes=64 * 1024)
-    sender, _ = make_plane(loop, "a", keys, limits)
-    receiver, inbox = make_plane(loop, "b", keys, limits)
-    sender.resolved("b", receiver.address)
-    sender.send("b", [b"hello"])
-    inbox.wait_for(1)
+    sender, receiver, inbox = connected(loop, keys, limits)
     sent = [[b"D", os.urandom(MiB + number)] for number in range(3)]
     producer = shared(sender, "b")
     assert producer is not None
@@ -205,11 +213,7 @@ def test_records_the_ring_has_no_room_for_go_on_the_socket_in_their_place(
 def test_a_ring_record_changed_in_shared_memory_is_rejected_and_the_connection_closed(loop, caplog):
     caplog.set_level(logging.ERROR, "danaus")
     keys = JobKeys.generate()
-    sender, _ = make_plane(loop, "a", keys)
-    receiver, inbox = make_plane(loop, "b", keys)
-    sender.resolved("b", receiver.address)
-    sender.send("b", [b"hello"])
-    inbox.wait_for(1)
+    sender, receiver, inbox = connected(loop, keys)
     with loop_held(loop):  # the receiver opens nothing yet
         sender.send("b", [os.urandom(MiB)])
         producer = shared(sender, "b")
@@ -289,11 +293,7 @@ def test_messages_sent_before_the_address_is_known_go_out_once_it_is(loop):
 
 def test_a_send_that_the_peer_cannot_take_yet_returns_at_once(loop):
     keys = JobKeys.generate()
-    sender, _ = make_plane(loop, "a", keys)
-    receiver, inbox = make_plane(loop, "b", keys)
-    sender.resolved("b", receiver.address)
-    sender.send("b", [b"hello"])
-    inbox.wait_for(1)
+    sender, _, inbox = connected(loop, keys)
     blocked = threading.Event()
     loop.loop.call_soon_threadsafe(blocked.wait)  # the loop stops reading until set
     started = time.monotonic()
