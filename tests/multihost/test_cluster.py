@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -112,6 +113,36 @@ def test_actors_on_different_hosts_call_each_other_and_read_each_others_memory(j
     assert [stop["hosts"] for stop in visited] == [0, 1, 2]
     far = ring.slice(hosts=2).memory.call_one().get(timeout=120)
     assert ring.slice(hosts=0).read.call_one(far).get(timeout=120) == b"held by {'hosts': 2}"
+
+
+class Bulk(Actor):
+    """Sends and takes large messages; knows whether UCX started in its process."""
+
+    @endpoint
+    def send_large(self, to: Actor, count: int) -> list[int]:
+        return [to.take.call_one(bytes(1 << 20)).get(timeout=120) for _ in range(count)]
+
+    @endpoint
+    def take(self, payload: bytes) -> int:
+        return len(payload)
+
+    @endpoint
+    def ucx_started(self) -> bool:
+        return any(thread.name == "danaus-ucx" for thread in threading.enumerate())
+
+
+def test_without_rdma_ucx_keeps_large_messages_between_hosts_on_tcp(namespace_cluster):
+    """Namespaces have no RDMA device: UCX would only be TCP, slower than the stream plane."""
+    if importlib.util.find_spec("ucxx") is None:
+        pytest.skip("the ucx transport needs the ucxx package")
+    danaus.configure(transport="ucx", **namespace_cluster.controller_options(), **FAST)
+    try:
+        bulk = hosts().slice(hosts=slice(0, 2)).spawn_procs().spawn("bulk", Bulk)
+        sizes = bulk.slice(hosts=0).send_large.call_one(bulk.slice(hosts=1), 3).get(timeout=120)
+        assert sizes == [1 << 20] * 3
+        assert list(bulk.ucx_started.call().get(timeout=120).values()) == [False, False]
+    finally:
+        danaus.shutdown()
 
 
 def test_every_hosts_fork_server_preloads_the_jobs_modules(namespace_cluster, transport):

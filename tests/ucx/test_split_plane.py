@@ -15,6 +15,7 @@ pytest.importorskip("ucxx")
 
 import danaus
 from danaus import Actor, endpoint, this_host
+from danaus.transports.ucx.fabric import BulkRoutes
 from danaus.transports.ucx.split import ASK, AT, HERE, LARGE_BYTES, NONE, SplitPlane
 from tests.tcp.conftest import wait_until
 
@@ -45,7 +46,7 @@ class Sender(Actor):
 @pytest.fixture
 def ucx_on_this_host(monkeypatch: pytest.MonkeyPatch) -> None:
     """Large messages between this host's procs over UCX, as between hosts."""
-    monkeypatch.setenv("DANAUS_UCX_SAME_HOST", "1")
+    monkeypatch.setenv("DANAUS_UCX_BULK", "ucx")
 
 
 def test_large_and_small_messages_of_one_sender_arrive_in_order(ucx_on_this_host):
@@ -125,8 +126,12 @@ class _Plane:
         return found
 
 
+OVER_RDMA = BulkRoutes(on_this_host=False, between_hosts=True, why="")
+"""The routes of a proc with an RDMA device, by default."""
+
+
 def _split(
-    start_large: Any = None,
+    start_large: Any = None, routes: BulkRoutes = OVER_RDMA
 ) -> tuple[SplitPlane, _Plane, _Plane, list[tuple[str, list[bytes]]], asyncio.AbstractEventLoop]:
     loop = asyncio.new_event_loop()
     delivered: list[tuple[str, list[bytes]]] = []
@@ -137,6 +142,7 @@ def _split(
         start_large or (lambda: large),
         loop,
         lambda src, frames: delivered.append((src, frames)),
+        routes,
     )
     return split, small, large, delivered, loop
 
@@ -222,12 +228,35 @@ def test_a_question_from_this_host_is_answered_without_starting_ucx(caplog):
     loop.close()
 
 
-def test_ucx_same_host_sends_large_messages_over_ucx_on_one_host_too(monkeypatch):
-    monkeypatch.setenv("DANAUS_UCX_SAME_HOST", "1")
-    split, small, _, _, loop = _split()
+def test_bulk_over_ucx_everywhere_answers_a_question_from_this_host_with_the_address():
+    split, small, _, _, loop = _split(routes=BulkRoutes(True, True, ""))
     small.local.add("a")
     split.arrived("a", [ASK])
     assert small.sent == [("a", [b"here:1", AT])]
+    loop.close()
+
+
+WITHOUT_RDMA = BulkRoutes(on_this_host=False, between_hosts=False, why="no RDMA device")
+
+
+def test_a_proc_without_an_rdma_device_keeps_large_messages_on_tcp_and_never_asks():
+    def start() -> _Plane:
+        raise AssertionError("UCX started")
+
+    split, small, _, _, loop = _split(start, WITHOUT_RDMA)
+    split.send("b", [b"D", bytes(LARGE_BYTES)])
+    split.send("b", [b"D", bytes(LARGE_BYTES)])
+    assert [(dest, _number(m)) for dest, m in small.sent] == [("b", 0), ("b", 1)]
+    loop.close()
+
+
+def test_without_an_rdma_device_a_question_from_another_host_is_answered_with_why():
+    def start() -> _Plane:
+        raise AssertionError("UCX started")
+
+    split, small, _, _, loop = _split(start, WITHOUT_RDMA)
+    split.arrived("a", [ASK])
+    assert small.sent == [("a", [b"no RDMA device", NONE])]
     loop.close()
 
 

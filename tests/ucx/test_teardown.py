@@ -42,7 +42,7 @@ def test_jobs_share_ucx_and_the_controller_shuts_it_down_before_it_exits(tmp_pat
     done = subprocess.run(
         [sys.executable, str(script)],
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "DANAUS_UCX_SAME_HOST": "1"},
+        env={**os.environ, "PYTHONPATH": str(ROOT), "DANAUS_UCX_BULK": "ucx"},
         capture_output=True,
         text=True,
         timeout=120,

@@ -14,9 +14,10 @@ Unix socket moves them faster than UCX does there. ucxx's connections handle
 the failure of their peer, which rules out UCX's shared-memory transports (and
 UCX does not choose CMA for them), so UCX carries their messages over TCP on
 loopback, through bounce buffers: about 300 MB/s for a 1 MiB message on a
-small VM, where the Unix socket, encrypted, moves over 1 GB/s.
-``DANAUS_UCX_SAME_HOST=1`` (`SAME_HOST`, in the controller's environment,
-which procs inherit) sends them over UCX anyway, for a UCX that does better there.
+small VM, where the Unix socket, encrypted, moves over 1 GB/s. So do large
+messages to other hosts where UCX has no RDMA device to reach them by
+(`danaus.transports.ucx.fabric`, which also says how to send them over UCX
+anyway).
 
 UCX starts in a proc only when the proc first has bulk to move: most procs
 (a controller that sends small calls, an actor that answers them) never pay
@@ -24,8 +25,9 @@ for UCX's threads, its start or its teardown. The first large message for a
 peer goes on the stream plane, with a question on the side: where does the
 peer listen on UCX? The peer starts UCX if it has not yet, and answers with its
 UCX address (or why it has none, and then large messages to it stay on the
-stream plane; so do those to a peer on the same host, which answers so
-without starting UCX). From the answer on, large messages to it travel on UCX. These
+stream plane; so do those to a peer on the same host, or to one without an
+RDMA device, which answers so without starting UCX). A proc without an RDMA
+device does not ask at all. From the answer on, large messages to it travel on UCX. These
 questions and answers are the split plane's own, on the stream plane, and
 never reach the runtime.
 
@@ -45,7 +47,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import struct
 import threading
 from collections import deque
@@ -54,6 +55,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from danaus.transports.tcp.streams import StreamPlane
+from danaus.transports.ucx.fabric import BulkRoutes
 
 if TYPE_CHECKING:
     from danaus.transports.ucx.plane import UcxPlane
@@ -73,8 +75,6 @@ NONE = b"-"
 """The last frame of an answer: no UCX here, and why, before it."""
 HERE = b"="
 """An answer: the receiver runs on the sender's host, where the stream plane is faster."""
-SAME_HOST = "DANAUS_UCX_SAME_HOST"
-"""Set to ``1`` to send large messages over UCX between procs of one host too."""
 
 
 class UcxUnavailable(RuntimeError):
@@ -95,8 +95,10 @@ class SplitPlane:
         start_large: Callable[[], UcxPlane],
         loop: asyncio.AbstractEventLoop,
         receive: Callable[[str, list[Any]], None],
+        routes: BulkRoutes,
     ) -> None:
         self._proc = proc
+        self._routes = routes
         self.small = small
         """The stream plane (messages under `LARGE_BYTES`, and the questions about UCX)."""
         self._start_large = start_large
@@ -144,8 +146,11 @@ class SplitPlane:
         """``src`` asks where this proc listens on UCX (on the loop's thread)."""
         if self._stopping:
             return
-        if self.small.on_this_host(src) and os.environ.get(SAME_HOST) != "1":
+        if self.small.on_this_host(src) and not self._routes.on_this_host:
             self.small.send(src, [HERE])
+            return
+        if not self._routes.between_hosts:
+            self.small.send(src, [self._routes.why.encode(), NONE])
             return
         try:
             listening = self.ucx().listening()
@@ -255,12 +260,17 @@ class SplitPlane:
                 if self._on_ucx.get(dest):
                     assert self._large is not None
                     plane = self._large
-                elif dest not in self._on_ucx and not self._large_failed:
+                elif dest not in self._on_ucx and self._asks():
                     self._on_ucx[dest] = False
                     ask = True
             plane.send(dest, [*message, _SEQUENCE.pack(number)])
         if ask:
             self.small.send(dest, [ASK])
+
+    def _asks(self) -> bool:
+        """Whether a first large message to a peer comes with a question about UCX."""
+        routes = self._routes
+        return (routes.on_this_host or routes.between_hosts) and not self._large_failed
 
     def resolved(self, dest: str, address: str) -> None:
         """``dest`` receives at ``address`` (its stream plane's)."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ from danaus.transports.tcp.memory import Drop, decode
 from danaus.transports.tcp.transport import TcpTransport
 from danaus.transports.ucx import rma
 from danaus.transports.ucx.devices import restrict_to
+from danaus.transports.ucx.fabric import bulk_routes
 from danaus.transports.ucx.split import SplitPlane
 
 if TYPE_CHECKING:
@@ -46,6 +48,7 @@ class UcxTransport(TcpTransport):
 
     def __init__(self, *args: Any, bind_host: str, **kwargs: Any) -> None:
         restrict_to(bind_host)  # now: UCX and the one-sided worker start later, on demand
+        self._bulk_routes = bulk_routes(os.environ)
         self._bind_host = bind_host
         self._memory_lock = threading.Lock()
         self._memory_ready = False
@@ -69,7 +72,9 @@ class UcxTransport(TcpTransport):
             )
 
         small = self._stream_plane(bind_host, lambda src, frames: split.arrived(src, frames))
-        split = SplitPlane(self.proc_id, small, start_large, self.loop, self._from_plane)
+        split = SplitPlane(
+            self.proc_id, small, start_large, self.loop, self._from_plane, self._bulk_routes
+        )
         return split
 
     # ---- one-sided memory, started on first use ---------------------------------------
