@@ -273,11 +273,12 @@ def test_where_ucx_cannot_start_a_question_is_answered_with_why():
     loop.close()
 
 
+def numbered(number: int) -> list[bytes]:
+    return [b"D", str(number).encode(), number.to_bytes(8, "little")]
+
+
 def test_messages_that_arrive_early_wait_for_those_sent_before(caplog):
     split, _, _, delivered, loop = _split()
-
-    def numbered(number: int) -> list[bytes]:
-        return [b"D", str(number).encode(), number.to_bytes(8, "little")]
 
     with caplog.at_level(logging.ERROR, logger="danaus.ucx"):
         split.arrived("a", numbered(1))
@@ -294,4 +295,25 @@ def test_messages_that_arrive_early_wait_for_those_sent_before(caplog):
         ("a", [b"D", b"2"]),
     ]
     assert "came twice" in caplog.text and "no sequence number" in caplog.text
+    loop.close()
+
+
+def test_a_message_from_the_stream_plane_in_order_is_handed_on_at_once():
+    split, _, _, delivered, loop = _split()
+    split.arrived_on_loop("a", numbered(0))
+    assert delivered == [("a", [b"D", b"0"])]
+    split.arrived_on_loop("a", numbered(2))
+    assert len(delivered) == 1
+    split.arrived_on_loop("a", numbered(1))
+    assert delivered[1:] == [("a", [b"D", b"1"]), ("a", [b"D", b"2"])]
+    loop.close()
+
+
+def test_a_message_from_the_stream_plane_waits_for_one_from_ucx_still_queued():
+    split, _, _, delivered, loop = _split()
+    split.arrived("a", numbered(0))  # from UCX's thread: queued for the loop's next turn
+    split.arrived_on_loop("a", numbered(1))
+    split.arrived_on_loop("b", numbered(0))
+    loop.run_until_complete(asyncio.sleep(0))
+    assert delivered == [("a", [b"D", b"0"]), ("a", [b"D", b"1"]), ("b", [b"D", b"0"])]
     loop.close()

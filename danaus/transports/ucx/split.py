@@ -99,6 +99,8 @@ class SplitPlane:
     ) -> None:
         self._proc = proc
         self._routes = routes
+        self._may_use_ucx = routes.on_this_host or routes.between_hosts
+        """Whether any message from here may take UCX (if not, no size is worth computing)."""
         self.small = small
         """The stream plane (messages under `LARGE_BYTES`, and the questions about UCX)."""
         self._start_large = start_large
@@ -185,7 +187,14 @@ class SplitPlane:
     # ---- receiving --------------------------------------------------------------------
 
     def arrived(self, src: str, frames: list[Any]) -> None:
-        """A message from either plane (on its thread): hand it on in its sender's order."""
+        """A message from the UCX plane (on its thread): hand it on in its sender's order."""
+        self._take(src, frames, on_loop=False)
+
+    def arrived_on_loop(self, src: str, frames: list[Any]) -> None:
+        """A message from the stream plane (on the loop's thread): the same, at once if it can."""
+        self._take(src, frames, on_loop=True)
+
+    def _take(self, src: str, frames: list[Any], on_loop: bool) -> None:
         last = memoryview(frames[-1]).nbytes if frames else 0
         if last == 1 and len(frames) <= 2:
             marker = bytes(frames[-1])
@@ -202,9 +211,11 @@ class SplitPlane:
             log.error("proc %s: rejected a message from %s: no sequence number", self._proc, src)
             return
         (number,) = _SEQUENCE.unpack(frames[-1])
+        wake_loop = False
         with self._receiving:
             expected = self._expected.get(src, 0)
-            if number < expected or number in self._early.get(src, {}):
+            early = self._early.get(src)
+            if number < expected or (early is not None and number in early):
                 log.error(
                     "proc %s: rejected a message from %s: number %d came twice",
                     self._proc,
@@ -216,22 +227,24 @@ class SplitPlane:
                 self._early.setdefault(src, {})[number] = frames
                 return
             ready = [frames[:-1]]
-            early = self._early.get(src, {})
             expected += 1
-            while expected in early:
+            while early and expected in early:
                 ready.append(early.pop(expected)[:-1])
                 expected += 1
             self._expected[src] = expected
-            self._ready.extend((src, message) for message in ready)
-            if asyncio._get_running_loop() is self._loop:
-                deliver_now = True
-            else:
-                deliver_now = False
-                if not self._draining:
-                    self._draining = True
-                    self._loop.call_soon_threadsafe(self._drain)
-        if deliver_now:
+            # Handed on here only if nothing put in order before waits on the queue.
+            direct = on_loop and not self._ready
+            if not direct:
+                self._ready.extend((src, message) for message in ready)
+                if not on_loop and not self._draining:
+                    self._draining = wake_loop = True
+        if direct:
+            for message in ready:
+                self._receive(src, message)
+        elif on_loop:
             self._drain()
+        elif wake_loop:
+            self._loop.call_soon_threadsafe(self._drain)
 
     def _drain(self) -> None:
         """Hand the runtime every message put in order so far (on the loop's thread)."""
@@ -250,13 +263,13 @@ class SplitPlane:
 
     def send(self, dest: str, message: list[Any]) -> None:
         """Send ``message`` (kind frame first) to ``dest``, from any thread."""
-        size = sum(memoryview(frame).nbytes for frame in message)
+        large = self._may_use_ucx and sum(memoryview(f).nbytes for f in message) >= LARGE_BYTES
         ask = False
         with self._sending:
             number = self._sent.get(dest, 0)
             self._sent[dest] = number + 1
             plane: StreamPlane | UcxPlane = self.small
-            if size >= LARGE_BYTES:
+            if large:
                 if self._on_ucx.get(dest):
                     assert self._large is not None
                     plane = self._large
@@ -269,8 +282,7 @@ class SplitPlane:
 
     def _asks(self) -> bool:
         """Whether a first large message to a peer comes with a question about UCX."""
-        routes = self._routes
-        return (routes.on_this_host or routes.between_hosts) and not self._large_failed
+        return self._may_use_ucx and not self._large_failed
 
     def resolved(self, dest: str, address: str) -> None:
         """``dest`` receives at ``address`` (its stream plane's)."""

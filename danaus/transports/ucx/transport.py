@@ -71,7 +71,9 @@ class UcxTransport(TcpTransport):
                 lambda src, frames: split.arrived(src, frames),
             )
 
-        small = self._stream_plane(bind_host, lambda src, frames: split.arrived(src, frames))
+        small = self._stream_plane(
+            bind_host, lambda src, frames: split.arrived_on_loop(src, frames)
+        )
         split = SplitPlane(
             self.proc_id, small, start_large, self.loop, self._from_plane, self._bulk_routes
         )
