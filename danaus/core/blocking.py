@@ -32,7 +32,8 @@ from danaus.core.transport import ActorRunner
 _WAIT = "wait"
 _DONE = "done"
 """What an `_EndpointGreenlet` tells its driver when it switches back: it waits on a
-future (with the future and a timeout), or its call is done (see ``outcome``)."""
+future (``[_WAIT, future, timeout]``), or its call is done (``[_DONE, returned, value]``:
+``returned`` false when ``value`` is the exception the call raised)."""
 
 _IDLE_GREENLETS = 64
 """How many finished greenlets a `GreenletRunner` keeps for later calls."""
@@ -44,38 +45,36 @@ class _EndpointGreenlet(greenlet.greenlet):
     Sync code sees no running event loop, as on a thread of its own: the loop
     is marked running only while the greenlet has switched back to it. A
     finished call leaves the greenlet ready for the next one, as starting a
-    greenlet costs several times what switching to one does.
+    greenlet costs several times what switching to one does. The calls and
+    their outcomes go through the switches themselves: attributes of a
+    greenlet cost several dictionary look-ups each to set and read.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(self._serve)
         self.loop = loop
-        self.call: Callable[[], Any] | None = None
-        """The code to run next, set by the driver before it switches here."""
-        self.outcome: tuple[bool, Any] | None = None
-        """How the last call ended: ``(True, value)`` or ``(False, exception)``."""
 
-    def _serve(self) -> None:
+    def _serve(self, fn: Callable[[], Any]) -> None:
+        loop = self.loop
         while True:
-            fn, self.call = self.call, None
-            assert fn is not None
             asyncio._set_running_loop(None)
             try:
-                self.outcome = (True, fn())
+                ended = [_DONE, True, fn()]
             except greenlet.GreenletExit:
                 raise
             except BaseException as exc:
-                self.outcome = (False, exc)
+                ended = [_DONE, False, exc]
             finally:
-                asyncio._set_running_loop(self.loop)
+                asyncio._set_running_loop(loop)
             del fn  # kept no longer than the call: its arguments may be large
-            self.parent.switch((_DONE,))
+            # The driver empties ``ended`` once read: an idle greenlet keeps no result alive.
+            fn = self.parent.switch(ended)
 
     def wait(self, afut: asyncio.Future[Any], timeout: float | None) -> Any:
         """Have the loop's task await ``afut``; return its result here."""
         asyncio._set_running_loop(self.loop)
         try:
-            return self.parent.switch((_WAIT, afut, timeout))
+            return self.parent.switch([_WAIT, afut, timeout])
         finally:
             asyncio._set_running_loop(None)
 
@@ -200,11 +199,10 @@ class GreenletRunner(ActorRunner):
 
     async def call_sync(self, fn: Callable[[], Any]) -> Any:
         child = self._idle.pop() if self._idle else _EndpointGreenlet(self.loop)
-        child.call = fn
-        del fn
         child.parent = greenlet.getcurrent()
         child.gr_context = contextvars.copy_context()
-        request = child.switch()
+        request = child.switch(fn)
+        del fn
         while request[0] is _WAIT:
             _, afut, timeout = request
             try:
@@ -213,11 +211,10 @@ class GreenletRunner(ActorRunner):
                 request = child.throw(exc)
             else:
                 request = child.switch(value)
-        outcome, child.outcome = child.outcome, None
         if len(self._idle) < _IDLE_GREENLETS:
             self._idle.append(child)
-        assert outcome is not None
-        returned, value = outcome
+        _, returned, value = request
+        request.clear()
         if returned:
             return value
         raise value

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from danaus.core.context import context
@@ -64,19 +63,20 @@ def _a_port_message() -> str:
 
 
 def decode(
-    payload: list[Buffer], error: bool, what: Callable[[], str]
+    payload: list[Buffer], error: bool, what: Callable[..., str], *about: Any
 ) -> tuple[Any, BaseException | None]:
     """The value in a reply, or the exception it carries.
 
     A payload that cannot be unpickled here (its class cannot be imported, say)
-    becomes a `SerializationError` naming ``what()`` arrived, chained to the cause
-    (``what`` is called only then: most payloads unpickle).
+    becomes a `SerializationError` naming ``what(*about)`` arrived, chained to the
+    cause (``what`` is called only then: most payloads unpickle, and a partial made
+    for each reply would cost more than its call).
     """
     try:
         value = loads(payload)
     except Exception as exc:
         failed = SerializationError(
-            f"{what()} could not be unpickled here: {type(exc).__name__}: {exc}"
+            f"{what(*about)} could not be unpickled here: {type(exc).__name__}: {exc}"
         )
         failed.__cause__ = exc
         return None, failed
@@ -108,7 +108,7 @@ class ReplyHandler(PortHandler):
             self.cast.pending.discard(rank)
         if rank in self.remaining:
             self.remaining.discard(rank)
-            value, exc = decode(payload, error, partial(self._describe, rank))
+            value, exc = decode(payload, error, self._describe, rank)
             self.arrived(rank, value, exc)
         self._close_when_done()
 

@@ -51,6 +51,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Protocol, TypeVar
 
+import msgspec
 import simpy
 
 T = TypeVar("T")
@@ -84,18 +85,17 @@ class SimulationTimeLimit(RuntimeError):
     """The simulation ran past its time limit (a livelock, or a workload that never ends)."""
 
 
-class Handle:
-    """A callback queued on the loop; ``cancel()`` keeps it from running."""
+class Handle(msgspec.Struct, eq=False):
+    """A callback queued on the loop; ``cancel()`` keeps it from running.
 
-    __slots__ = ("_args", "_callback", "_cancelled", "_context")
+    A struct, built in C: the loop makes one for every callback it runs. Compared
+    by identity.
+    """
 
-    def __init__(
-        self, callback: Callable[..., Any], args: tuple[Any, ...], context: contextvars.Context
-    ) -> None:
-        self._callback: Callable[..., Any] | None = callback
-        self._args: tuple[Any, ...] | None = args
-        self._context = context
-        self._cancelled = False
+    _callback: Callable[..., Any] | None
+    _args: tuple[Any, ...] | None
+    _context: contextvars.Context
+    _cancelled: bool = False
 
     def cancel(self) -> None:
         """Do not run the callback; drop it and its arguments now."""
@@ -114,24 +114,13 @@ class Handle:
         return f"<{type(self).__name__}{state}>"
 
 
-class TimerHandle(Handle):
+class TimerHandle(Handle, kw_only=True):
     """A callback due at a virtual time, ``when()``."""
 
-    __slots__ = ("_loop", "_scheduled", "_when")
-
-    def __init__(
-        self,
-        when: float,
-        callback: Callable[..., Any],
-        args: tuple[Any, ...],
-        context: contextvars.Context,
-        loop: VirtualTimeLoop,
-    ) -> None:
-        super().__init__(callback, args, context)
-        self._when = when
-        self._loop = loop
-        self._scheduled = True
-        """Still in the loop's heap (not yet moved to the ready queue, or dropped)."""
+    _when: float
+    _loop: VirtualTimeLoop
+    _scheduled: bool = True
+    """Still in the loop's heap (not yet moved to the ready queue, or dropped)."""
 
     def when(self) -> float:
         return self._when
@@ -568,7 +557,7 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
             _check_callback(callback, "call_at")
         if context is None:
             context = contextvars.copy_context()
-        timer = TimerHandle(when, callback, args, context, self)
+        timer = TimerHandle(callback, args, context, _when=when, _loop=self)
         heapq.heappush(self._timers, (when, timer))
         return timer
 

@@ -40,8 +40,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from heapq import heappush
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
+import msgspec
 import simpy
 from simpy.events import NORMAL
 
@@ -159,36 +160,28 @@ class _Host:
         """The links from this host that a fault changed, by destination host."""
 
 
-class _Message:
+class _Message(msgspec.Struct, eq=False):
     """Something crossing the network: frames for the runtime, or a transfer the network serves.
 
     While it travels it is the SimPy event of its arrival: the loop (as
     ``Environment.step`` would) calls each of its ``callbacks`` with it, and
-    reads ``_ok`` (always true).
+    reads ``_ok`` (always true). A struct, not a class of slots: one is made
+    for every message, and a struct is built in C without running an
+    ``__init__``. Compared by identity, as any event is.
     """
 
-    __slots__ = ("callbacks", "deliver", "dst", "frames", "lane", "receiver", "size", "src")
+    src: str
+    dst: str
+    frames: list[Buffer] | None
+    size: int
+    deliver: Callable[[], None] | None = None
+    callbacks: tuple[Callable[[_Message], None], ...] | None = None
+    lane: _Lane | None = None
+    """The lane whose next event follows this one's arrival, while it is on the heap."""
+    receiver: SimTransport | None = None
+    """The endpoint of ``dst`` when it was sent on its way (see `SimTransport.replaced`)."""
 
-    _ok = True
-
-    def __init__(
-        self,
-        src: str,
-        dst: str,
-        frames: list[Buffer] | None,
-        size: int,
-        deliver: Callable[[], None] | None = None,
-    ) -> None:
-        self.src = src
-        self.dst = dst
-        self.frames = frames
-        self.size = size
-        self.deliver = deliver
-        self.callbacks: tuple[Callable[[_Message], None], ...] | None = None
-        self.lane: _Lane | None = None
-        """The lane whose next event follows this one's arrival, while it is on the heap."""
-        self.receiver: SimTransport | None = None
-        """The endpoint of ``dst`` when it was sent on its way (see `SimTransport.replaced`)."""
+    _ok: ClassVar[bool] = True
 
 
 class _MemoryOp:
