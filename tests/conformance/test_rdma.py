@@ -152,7 +152,7 @@ def test_bytes_round_trip(run, size):
 TENSORS = [("float32", 1), ("float64", 1001), ("int64", 33), ("bfloat16", 4097), ("bool", 5)]
 
 
-def test_tensor_round_trip(run):
+def test_tensor_round_trip(run_with_torch):
     def main():
         owner, reader = two_procs()
         results = []
@@ -161,7 +161,7 @@ def test_tensor_round_trip(run):
             results.append((expected, reader.pull_tensor.call_one(buffer, dtype, count).get()))
         return results
 
-    for expected, pulled in run(main):
+    for expected, pulled in run_with_torch(main):
         assert pulled == expected
 
 
