@@ -116,6 +116,7 @@ class TcpTransport(Transport):
             receive,
             self._lookup,
             self.refusals,
+            self._unreachable,
         )
 
     # ---- the contract (any thread) ----------------------------------------------------
@@ -228,6 +229,12 @@ class TcpTransport(Transport):
     def _lookup(self, dest: str) -> None:
         """The data plane needs ``dest``'s address (from its thread): find it here."""
         self.io.call_soon(self._find, dest)
+
+    def _unreachable(self, dest: str) -> None:
+        """The data plane could not reach ``dest`` (from its thread): it may be lost. Ask the
+        directory to tell of its loss (now, if it knows of it), so that what waits for it is
+        dropped then, not sent again and again until this proc stops."""
+        self.io.call_soon(self._ask, control.Watch(dest))
 
     def _find(self, dest: str) -> None:
         address = self._address(dest)
