@@ -244,9 +244,12 @@ class TcpTransport(Transport):
             self._waiting(dest)
 
     def send_control(self, dest: str, message: control.Control) -> None:
-        """Send a control message (I/O thread only)."""
+        """Send a control message (I/O thread only); to a proc known to be lost, none is sent
+        (it would wait in a socket to the dead proc, and hold up closing this process)."""
         if dest == self.proc_id:
             self._handle_control(dest, message)
+            return
+        if dest in self._lost:
             return
         address = self._controller if dest == ROOT and self._controller else None
         if address is None:
