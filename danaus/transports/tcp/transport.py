@@ -370,9 +370,13 @@ class TcpTransport(Transport):
             self.loop.call_soon_threadsafe(self._on_loss, loss)
 
     def _close(self) -> None:
+        """Close the sockets. A worker gives its last messages (to the controller) the dealers'
+        linger to go out; the controller closes once every proc it started has ended, and what
+        it still has queued is for procs that are gone: it drops that instead of waiting."""
         self._monitor.close()
         self.io.remove_reader(self.router)
         self.router.close(0)
+        linger = 0 if self.directory is not None else None
         for dealer in self._dealers.values():
-            dealer.close()
+            dealer.close(linger)
         self._dealers.clear()
