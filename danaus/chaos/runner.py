@@ -12,6 +12,7 @@ pause faults apply, and timing is whatever the machine gives.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import random
 import shlex
@@ -35,6 +36,7 @@ from danaus.chaos.nemesis import Nemesis
 from danaus.chaos.plan import NETWORK_KINDS, SITE_KINDS, FaultKind, Plan
 from danaus.chaos.scenario import Scenario
 from danaus.core import config
+from danaus.core.errors import SupervisionError
 from danaus.core.sites import Sites
 from danaus.core.supervision import MeshFailure
 from danaus.core.trace import Event, Trace
@@ -120,6 +122,14 @@ class _Run:
         self.violations += delivery(self.events) + reported_once(self.events)
         self.violations += waits_on_failed(self.world.local_runtimes(), self.events)
         self.violations += [Violation("invariant", m) for m in scenario.check(self.history)]
+
+    def stop(self) -> None:
+        """Stop what the workload left running, each mesh within ``settle`` seconds: an actor
+        still stuck in a call then (the checks have said so) is abandoned, instead of being
+        waited for as long as a graceful stop may take. A mesh on a host that is gone cannot
+        be stopped through it; shutdown stops what is left."""
+        with contextlib.suppress(SupervisionError):
+            self._wait(self.world.root.client.stop_owned(self.scenario.settle))
 
     def _settle(self, seconds: float) -> None:
         """Let the cluster run ``seconds`` (a real one: only while calls are pending)."""
@@ -225,6 +235,7 @@ def run_scenario(
         nemesis.start()
         run.workload()
         run.check(nemesis)
+        run.stop()
     finally:
         config.shutdown()
     return Outcome(

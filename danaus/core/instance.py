@@ -32,6 +32,7 @@ from danaus.core.errors import (
     SupervisionError,
     chain_link,
 )
+from danaus.core.owned import STOP_TIMEOUT
 from danaus.core.ports import Port
 from danaus.core.serialize import Buffer, dumps, loads
 from danaus.core.shape import Extent, Point
@@ -954,11 +955,11 @@ class Instance:
         if self._stopped is not None and not self._stopped.done():
             self._stopped.set_result(None)
 
-    async def stop_owned(self) -> None:
-        """Stop the meshes this actor spawned, newest first."""
+    async def stop_owned(self, timeout: float = STOP_TIMEOUT) -> None:
+        """Stop the meshes this actor spawned, newest first, each within ``timeout`` seconds."""
         self.enter()
         while self.owned:
-            await self.owned.pop().stop()
+            await self.owned.pop().stop(timeout)
 
     async def _cleanup(self, exc: BaseException | None) -> None:
         cleanup = getattr(self._obj, "__cleanup__", None)

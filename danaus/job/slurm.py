@@ -206,11 +206,18 @@ class SlurmJob(Job):
         return {"nodes": nodes, "addresses": addresses}
 
     def _cancel(self, job_id: str) -> None:
-        """Cancel the job and wait until SLURM has ended its processes on every node."""
+        """Cancel the job and wait until SLURM has ended its processes on every node.
+
+        Ended means both ways SLURM tells: ``scontrol`` gives it a final state, and
+        ``squeue`` no longer lists it, which on a loaded controller can come later.
+        """
         if slurm_commands.job_info(job_id).get("JobState") in slurm_commands.ACTIVE:
             slurm_commands.cancel(job_id)
         deadline = time.monotonic() + 120
-        while slurm_commands.job_info(job_id).get("JobState") in slurm_commands.ACTIVE:
+        while (
+            slurm_commands.job_info(job_id).get("JobState") in slurm_commands.ACTIVE
+            or slurm_commands.queued(job_id)
+        ):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"SLURM job {job_id} did not end within 120 s of scancel")
             time.sleep(processes.POLL * 4)

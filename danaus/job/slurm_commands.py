@@ -44,6 +44,16 @@ def job_info(job_id: str) -> dict[str, str]:
     return fields(text)
 
 
+def queued(job_id: str) -> bool:
+    """Whether ``squeue`` lists the job (pending, running, suspended or completing)."""
+    try:
+        return bool(run(["squeue", "--noheader", "--jobs", job_id, "--format", "%T"]).strip())
+    except RuntimeError as exc:
+        if "Invalid job id" in str(exc):
+            return False
+        raise
+
+
 def hostnames(nodelist: str) -> list[str]:
     """The node names of a node list such as ``n[1-3]``, in SLURM's order."""
     return run(["scontrol", "show", "hostnames", nodelist]).split()

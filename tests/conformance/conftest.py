@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from danaus.transports.tcp.forkserver import preload_from
 from tests.conformance.transports import Transport, available
 
 _turns = itertools.count()
@@ -92,6 +93,19 @@ def job(transport: Transport, request: pytest.FixtureRequest) -> dict[str, Any]:
 def run(transport: Transport, job: dict[str, Any]) -> Callable[..., Any]:
     """Run a controller ``main`` on the transport under test."""
     return functools.partial(transport.run, **job["options"])
+
+
+@pytest.fixture
+def run_with_torch(transport: Transport, run: Callable[..., Any]) -> Callable[..., Any]:
+    """`run`, for a ``main`` whose procs receive tensors: this process's fork servers import
+    torch once (``preload``), instead of every such proc importing it (over a second of CPU).
+
+    Not on a cluster: its hosts start a fork server for every job (ahead of time, with the
+    last job's preloads), which would import torch as often as the procs do.
+    """
+    if not transport.real or transport.cluster:
+        return run
+    return functools.partial(run, preload=[*preload_from(None), "torch"])
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 
 from danaus import Actor, SupervisionError, endpoint, this_host
 from tests.conformance.test_supervision import record_root_failures
-from tests.tcp.conftest import run_script
+from tests.tcp.conftest import run_script, wait_until
 
 
 class Crasher(Actor):
@@ -49,6 +49,20 @@ def test_os_exit_ends_only_that_process(tcp):
         crashers.slice(w=0).hard_exit.call_one(7).get(timeout=30)
     failure = failures.recv().get(timeout=30)
     assert failure.exit_code == 7
+    assert crashers.slice(w=1).ping.call_one().get(timeout=30) == "pong"
+
+
+def test_a_crash_asked_for_while_procs_start_happens_once_they_run(tcp):
+    """A fault injected before its proc has registered waits for it instead of vanishing."""
+    world = tcp()
+    failures = record_root_failures()
+    crashers = this_host().spawn_procs({"w": 2}).spawn("c", Crasher)
+    host = world.hosts()[0]
+    wait_until(lambda: len(world.faults.workers(host)) == 2, 30, "the procs to be started")
+    doomed = world.faults.workers(host)[0]
+    world.faults.crash(doomed)
+    failure = failures.recv().get(timeout=30)
+    assert (failure.proc, failure.signal, dict(failure.rank)) == (doomed, signal.SIGKILL, {"w": 0})
     assert crashers.slice(w=1).ping.call_one().get(timeout=30) == "pong"
 
 

@@ -86,7 +86,11 @@ def loop() -> Iterator[Loop]:
 
 
 def make_plane(
-    loop: Loop, name: str, keys: JobKeys, limits: Limits | None = None
+    loop: Loop,
+    name: str,
+    keys: JobKeys,
+    limits: Limits | None = None,
+    unreachable: Any = lambda dest: None,
 ) -> tuple[StreamPlane, Inbox]:
     inbox = Inbox()
     plane: StreamPlane = loop.run(
@@ -99,6 +103,7 @@ def make_plane(
         inbox.receive,
         lambda dest: None,
         RefusalLog(),
+        unreachable,
     )
     loop.run(plane.start)
     loop.planes.append(plane)
@@ -281,6 +286,7 @@ def test_messages_sent_before_the_address_is_known_go_out_once_it_is(loop):
         inbox.receive,
         asked.append,
         RefusalLog(),
+        lambda dest: None,
     )
     loop.planes.append(sender)
     receiver, arrived = make_plane(loop, "b", keys)
@@ -289,6 +295,20 @@ def test_messages_sent_before_the_address_is_known_go_out_once_it_is(loop):
     assert asked == ["b"], "the address is asked for once"
     sender.resolved("b", receiver.address)
     assert [frames for _, frames in arrived.wait_for(2)] == [[b"first"], [b"second"]]
+
+
+def test_a_peer_that_cannot_be_reached_is_reported_and_its_messages_dropped_once_forgotten(loop):
+    keys = JobKeys.generate()
+    unreachable = threading.Event()
+    sender, _ = make_plane(loop, "a", keys, unreachable=lambda dest: unreachable.set())
+    gone, _ = make_plane(loop, "b", keys)
+    loop.run(gone.stop)
+    sender.send("b", [b"lost"])
+    sender.resolved("b", gone.address)
+    assert unreachable.wait(30), "the refused connection was not reported"
+    assert loop.run(sender.unsent)
+    sender.forget("b")
+    assert not loop.run(sender.unsent)
 
 
 def test_a_send_that_the_peer_cannot_take_yet_returns_at_once(loop):

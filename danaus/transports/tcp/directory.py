@@ -64,6 +64,8 @@ class Directory:
         """The host agent that starts each proc (``ROOT``: this process's own launcher)."""
         self._hosted: dict[str, dict[str, None]] = {}
         """The procs each host agent starts, the inverse of ``_agent_of``."""
+        self._held: dict[str, list[int]] = {}
+        """Signals for procs still starting, sent once each has registered."""
         self._ping = 0
         io.call_soon(io.call_later, heartbeat_interval, self._heartbeat)
 
@@ -98,6 +100,8 @@ class Directory:
             log.error("directory: %s registered after it was declared lost; ignored", proc)
             return
         self._entries[proc] = _Entry(hello.address, hello.pid, hello.host)
+        for sig in self._held.pop(proc, []):
+            self.signal(proc, sig)
         for requester in self._lookups.pop(proc, {}):
             self._send(requester, control.At(proc, hello.address))
         callback = self._on_hello.pop(proc, None)
@@ -145,7 +149,15 @@ class Directory:
         return list(self._hosted.get(agent, {}))
 
     def signal(self, proc: str, sig: int) -> None:
-        """Send ``sig`` to ``proc``, through the host agent that started it."""
+        """Send ``sig`` to ``proc``, through the host agent that started it.
+
+        A proc still starting (its agent has it to start, or is starting it) gets
+        the signal once it has registered: no launcher could deliver it before, and
+        a crash or a pause asked for then must still happen.
+        """
+        if proc in self._agent_of and proc not in self._entries:
+            self._held.setdefault(proc, []).append(sig)
+            return
         agent = self._agent_of.get(proc, ROOT)
         if agent == ROOT:
             self._kill(proc, sig)
@@ -164,6 +176,7 @@ class Directory:
         self._losses[loss.proc] = loss
         self._entries.pop(loss.proc, None)
         self._on_hello.pop(loss.proc, None)
+        self._held.pop(loss.proc, None)
         agent = self._agent_of.pop(loss.proc, None)
         if agent is not None:
             self._hosted.get(agent, {}).pop(loss.proc, None)

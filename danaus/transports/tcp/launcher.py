@@ -272,9 +272,8 @@ class LocalLauncher(Launcher):
                 log.warning("procs start as new interpreters: the fork server failed (%s)", exc)
                 self._close_fork_server()
             else:
-                with stdin:
-                    stdin.write(bootstrap.encode())
                 world.io.call_soon(self._watch, spec, pid, stdout, stderr, started, None)
+                _hand_over(stdin, bootstrap)
                 return
         self._start_interpreter(spec, bootstrap, started)
 
@@ -293,18 +292,16 @@ class LocalLauncher(Launcher):
                 stderr=subprocess.PIPE,
                 close_fds=True,
             )
-            assert popen.stdin is not None
-            popen.stdin.write(bootstrap.encode())
-            popen.stdin.close()
         except OSError as exc:
             loss = ProcLoss(spec.proc_id, f"could not be started ({exc})", host=spec.host)
             world.io.call_soon(world.registry.lost, loss)
             started(RuntimeError(loss.describe()))
             return
-        assert popen.stdout is not None and popen.stderr is not None
+        assert popen.stdin is not None and popen.stdout is not None and popen.stderr is not None
         world.io.call_soon(
             self._watch, spec, popen.pid, popen.stdout, popen.stderr, started, popen.wait
         )
+        _hand_over(popen.stdin, bootstrap)
 
     # ---- I/O thread -------------------------------------------------------------------
 
@@ -435,6 +432,15 @@ class LocalLauncher(Launcher):
 
     def _write(self, stream: int, text: str) -> None:
         self.world.output(stream, text)
+
+
+def _hand_over(stdin: IO[bytes], bootstrap: Bootstrap) -> None:
+    """Write a watched child's bootstrap: it can register only then, so the launcher knows
+    it by the time it does (a signal held for it until then reaches it).
+
+    A child that died first cannot read it; its end is reported as it is watched."""
+    with contextlib.suppress(BrokenPipeError), stdin:
+        stdin.write(bootstrap.encode())
 
 
 THREADS_PER_PROC = 8

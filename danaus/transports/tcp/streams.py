@@ -252,6 +252,7 @@ class StreamPlane:
         receive: Callable[[str, list[Any]], None],
         lookup: Callable[[str], None],
         refusals: RefusalLog,
+        unreachable: Callable[[str], None],
     ) -> None:
         self.proc = proc
         self.keys = keys
@@ -259,6 +260,8 @@ class StreamPlane:
         self.loop = loop
         self.receive = receive
         self._lookup = lookup
+        self.unreachable = unreachable
+        """Told of a peer that could not be reached: it may be lost, and its messages with it."""
         self.refusals = refusals
         self._listener = _listen(bind_host)
         self._local, local = _listen_local(proc)
@@ -576,6 +579,7 @@ class Outbound:
                     exc,
                     pause,
                 )
+                plane.unreachable(self.dest)
             await asyncio.sleep(pause)
             pause = min(2 * pause, RETRY_PAUSE_MAX)
         with self._lock:

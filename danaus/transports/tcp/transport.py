@@ -116,6 +116,7 @@ class TcpTransport(Transport):
             receive,
             self._lookup,
             self.refusals,
+            self._unreachable,
         )
 
     # ---- the contract (any thread) ----------------------------------------------------
@@ -229,6 +230,12 @@ class TcpTransport(Transport):
         """The data plane needs ``dest``'s address (from its thread): find it here."""
         self.io.call_soon(self._find, dest)
 
+    def _unreachable(self, dest: str) -> None:
+        """The data plane could not reach ``dest`` (from its thread): it may be lost. Ask the
+        directory to tell of its loss (now, if it knows of it), so that what waits for it is
+        dropped then, not sent again and again until this proc stops."""
+        self.io.call_soon(self._ask, control.Watch(dest))
+
     def _find(self, dest: str) -> None:
         address = self._address(dest)
         if address is not None:
@@ -237,9 +244,12 @@ class TcpTransport(Transport):
             self._waiting(dest)
 
     def send_control(self, dest: str, message: control.Control) -> None:
-        """Send a control message (I/O thread only)."""
+        """Send a control message (I/O thread only); to a proc known to be lost, none is sent
+        (it would wait in a socket to the dead proc, and hold up closing this process)."""
         if dest == self.proc_id:
             self._handle_control(dest, message)
+            return
+        if dest in self._lost:
             return
         address = self._controller if dest == ROOT and self._controller else None
         if address is None:
@@ -360,9 +370,13 @@ class TcpTransport(Transport):
             self.loop.call_soon_threadsafe(self._on_loss, loss)
 
     def _close(self) -> None:
+        """Close the sockets. A worker gives its last messages (to the controller) the dealers'
+        linger to go out; the controller closes once every proc it started has ended, and what
+        it still has queued is for procs that are gone: it drops that instead of waiting."""
         self._monitor.close()
         self.io.remove_reader(self.router)
         self.router.close(0)
+        linger = 0 if self.directory is not None else None
         for dealer in self._dealers.values():
-            dealer.close()
+            dealer.close(linger)
         self._dealers.clear()
