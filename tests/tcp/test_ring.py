@@ -150,7 +150,7 @@ def test_descriptors_are_closed_with_the_ring():
             if is_open(int(name))
         )
 
-    before = len(os.listdir("/proc/self/fd"))
+    before = set(os.listdir("/proc/self/fd"))
     producer, fd = ring.create()
     consumer = ring.accept(fd)
     assert not is_open(fd)
@@ -166,7 +166,8 @@ def test_descriptors_are_closed_with_the_ring():
     producer.close()
     consumer.close()
     assert memfds() == 0
-    assert len(os.listdir("/proc/self/fd")) == before
+    # Other code of this process may close descriptors meanwhile, not open ring ones.
+    assert set(os.listdir("/proc/self/fd")) <= before, "no descriptor is left behind"
 
 
 frames = st.lists(st.binary(max_size=3000), min_size=1, max_size=4)
