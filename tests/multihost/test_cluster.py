@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -28,6 +27,7 @@ from tests.cluster import Cluster
 from tests.multihost.conftest import DETECTED, FAST, ROOT
 from tests.tcp.conftest import wait_until
 from tests.tcp.test_fork_server import Process
+from tests.ucx.probe import Probe
 
 pytestmark = pytest.mark.multihost
 
@@ -115,20 +115,12 @@ def test_actors_on_different_hosts_call_each_other_and_read_each_others_memory(j
     assert ring.slice(hosts=0).read.call_one(far).get(timeout=120) == b"held by {'hosts': 2}"
 
 
-class Bulk(Actor):
-    """Sends and takes large messages; knows whether UCX started in its process."""
+class Bulk(Probe):
+    """A probe that also sends large messages."""
 
     @endpoint
     def send_large(self, to: Actor, count: int) -> list[int]:
         return [to.take.call_one(bytes(1 << 20)).get(timeout=120) for _ in range(count)]
-
-    @endpoint
-    def take(self, payload: bytes) -> int:
-        return len(payload)
-
-    @endpoint
-    def ucx_started(self) -> bool:
-        return any(thread.name == "danaus-ucx" for thread in threading.enumerate())
 
 
 def test_without_rdma_ucx_keeps_large_messages_between_hosts_on_tcp(namespace_cluster):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import threading
 from concurrent.futures import Future
 from typing import Any
 
@@ -18,6 +17,7 @@ from danaus import Actor, endpoint, this_host
 from danaus.transports.ucx.fabric import BulkRoutes
 from danaus.transports.ucx.split import ASK, AT, HERE, LARGE_BYTES, NONE, SplitPlane
 from tests.tcp.conftest import wait_until
+from tests.ucx.probe import Probe
 
 
 class Recorder(Actor):
@@ -59,16 +59,6 @@ def test_large_and_small_messages_of_one_sender_arrive_in_order(ucx_on_this_host
         assert [tuple(pair) for pair in taken] == [tuple(pair) for pair in sent]
     finally:
         danaus.shutdown()
-
-
-class Probe(Actor):
-    @endpoint
-    def take(self, payload: bytes) -> int:
-        return len(payload)
-
-    @endpoint
-    def ucx_started(self) -> bool:
-        return any(thread.name == "danaus-ucx" for thread in threading.enumerate())
 
 
 def test_ucx_starts_in_a_proc_only_once_it_has_bulk_to_move(ucx_on_this_host):
