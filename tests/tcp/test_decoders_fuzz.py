@@ -16,9 +16,9 @@ import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from danaus.core import wire
+from danaus.core import serialize, wire
 from danaus.transports.tcp import control, memory
-from danaus.transports.tcp.buffers import BufferCache
+from danaus.transports.tcp.buffers import STORAGE_FROM, BufferCache
 from danaus.transports.tcp.limits import Limits
 from danaus.transports.tcp.records import (
     LEAD_BYTES,
@@ -114,6 +114,30 @@ def test_tcp_tampered_records_give_messages_within_the_limits_or_refuse(messages
     assert all(sum(len(frame) for frame in message) <= 512 for message in arrived)
     if key is not None:
         assert arrived == messages[: len(arrived)], "an encrypted record changed and still opened"
+
+
+def test_tcp_a_record_spanning_two_frames_is_refused():
+    """A sender seals each chunk from one frame: a record across frames breaks the protocol."""
+    cipher = Cipher(KEY)
+    header = b"".join(bytes(b) for b in cipher.seal(struct.pack("<IQQ", 2, 4, 4)))
+    across = b"".join(bytes(b) for b in cipher.seal(b"abcdefgh"))
+    with pytest.raises(RecordError, match="does not fit the frame"):
+        _assemble(header + across, KEY, LIMIT)
+
+
+@pytest.mark.parametrize("key", [KEY, None], ids=["encrypted", "clear"])
+def test_tcp_a_large_bytes_argument_is_received_into_its_own_bytes(key):
+    value = os.urandom(STORAGE_FROM)
+    frames = serialize.dumps(((value,), {}))
+    assembly = Assembly(Cipher(key), 1 << 20, 4 * LIMIT, BufferCache(4 * LIMIT))
+    arrived = [
+        assembly.opened(length, body)
+        for length, body in _records(_stream([[b"k", *frames]], key, 64 * 1024))
+    ][-1]
+    assert arrived is not None and bytes(arrived[0]) == b"k"
+    (received,), _ = serialize.loads(arrived[1:])
+    assert received == value
+    assert received is arrived[2].obj.owner, "the argument was copied out of its frame"
 
 
 def test_tcp_a_large_message_is_sealed_chunk_by_chunk_as_it_is_written():

@@ -212,17 +212,22 @@ def test_worlds_made_one_after_another_fork_from_one_server_which_ends_with_the_
     wait_until(lambda: not os.path.exists(f"/proc/{first}"), 10, "the fork server to end")
 
 
-def test_procs_ask_for_huge_pages_unless_their_environment_says_otherwise(tcp, monkeypatch):
+def test_procs_set_up_their_allocator_unless_their_environment_says_otherwise(tcp, monkeypatch):
     tcp()
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     forked = this_host().spawn_procs({"w": 1}).spawn("p", Process)
-    assert forked.variable.call_one("GLIBC_TUNABLES").get(timeout=30) == "glibc.malloc.hugetlb=1"
-    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0")
+    assert forked.variable.call_one("GLIBC_TUNABLES").get(timeout=30) == (
+        "glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold=33554432"
+        ":glibc.malloc.trim_threshold=67108864"
+    )
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0:glibc.malloc.trim_threshold=0")
     started = this_host().spawn_procs({"w": 1}).spawn("p", Process)
     assert started.parent.call_one().get(timeout=30) == os.getpid()
-    assert started.variable.call_one("GLIBC_TUNABLES").get(timeout=30) == "glibc.malloc.hugetlb=0"
+    assert started.variable.call_one("GLIBC_TUNABLES").get(timeout=30) == (
+        "glibc.malloc.hugetlb=0:glibc.malloc.trim_threshold=0:glibc.malloc.mmap_threshold=33554432"
+    )
 
 
 def test_other_allocator_tunables_are_kept():
     tunables = proc_environment({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})["GLIBC_TUNABLES"]
-    assert tunables == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
+    assert tunables.split(":")[:2] == ["glibc.malloc.arena_max=2", "glibc.malloc.hugetlb=1"]

@@ -11,11 +11,11 @@ A message is a header (the number of frames and the size of each) followed by
 its frames' bytes. A message of at most `INLINE_BYTES` travels in one record,
 its header and frames together; a larger one travels as a record holding the header
 alone, then its frames' bytes in records of at most ``chunk_bytes`` (shorter ones
-first, see `LEAD_BYTES`), each sealed
-when the connection is ready for it, so that a large message is never sealed
-whole in advance. The receiver checks a record's length against the limit
-before it reads the body, and a header against ``max_message_bytes`` before it
-allocates the message, which it then fills record by record, in place.
+first, see `LEAD_BYTES`), each within one frame and sealed when the connection is
+ready for it, so that a large message is never sealed whole in advance. The
+receiver checks a record's length against the limit before it reads the body,
+and a header against ``max_message_bytes`` before it allocates the message's
+frames (`BufferCache.frames`), which it then fills record by record, in place.
 
 Between procs of one host, a chunk record may instead be sealed into memory the
 two procs share (`danaus.transports.tcp.ring`): the stream then carries only its
@@ -208,9 +208,11 @@ class Assembly:
         """The longest body a record may have (checked before it is read)."""
         self._max_message = max_message_bytes
         self._frames: list[memoryview] = []
-        self._whole: memoryview | None = None
-        """The message under way: its frames' bytes, one buffer (None: none under way)."""
+        """The frames of the message under way (none: no message is under way)."""
+        self._next = 0
+        """The frame being filled: the first of those not yet full."""
         self._filled = 0
+        """Bytes of that frame filled so far."""
 
     def check_length(self, length: int) -> None:
         if length > self.max_record or length < self._cipher.overhead:
@@ -221,11 +223,11 @@ class Assembly:
     @property
     def filling(self) -> bool:
         """Whether a message is under way: the next record fills it."""
-        return self._whole is not None
+        return bool(self._frames)
 
     def direct_target(self, length: int) -> memoryview | None:
         """Where a clear body of ``length`` bytes can be read straight into, if anywhere."""
-        if self._whole is None or self._cipher.encrypts:
+        if not self._frames or self._cipher.encrypts:
             return None
         return self._target(length)
 
@@ -234,7 +236,7 @@ class Assembly:
 
         ``body`` may be reused once this returns.
         """
-        if self._whole is None:
+        if not self._frames:
             return self._message(length, body)
         target = self._target(body.nbytes - self._cipher.overhead)
         if self._cipher.encrypts:
@@ -248,19 +250,29 @@ class Assembly:
         return self._advance(size)
 
     def _target(self, size: int) -> memoryview:
-        assert self._whole is not None
+        """Where a body of ``size`` plain bytes goes: within the frame being filled."""
+        frame = self._frames[self._next]
         end = self._filled + size
-        if size == 0 or end > self._whole.nbytes:
-            raise RecordError("a record that does not fit the message it fills")
-        return self._whole[self._filled : end]
+        if size == 0 or end > frame.nbytes:
+            raise RecordError("a record that does not fit the frame it fills")
+        return frame[self._filled : end]
 
     def _advance(self, size: int) -> list[memoryview] | None:
-        assert self._whole is not None
         self._filled += size
-        if self._filled < self._whole.nbytes:
+        if self._filled < self._frames[self._next].nbytes:
             return None
-        frames, self._whole, self._frames = self._frames, None, []
+        self._filled = 0
+        self._next = self._unfilled(self._next + 1)
+        if self._next < len(self._frames):
+            return None
+        frames, self._frames = self._frames, []
         return frames
+
+    def _unfilled(self, index: int) -> int:
+        """The first frame from ``index`` on that has bytes to come (the count if none has)."""
+        while index < len(self._frames) and self._frames[index].nbytes == 0:
+            index += 1
+        return index
 
     def _message(self, length: bytes, body: memoryview) -> list[memoryview] | None:
         plain = body
@@ -277,8 +289,8 @@ class Assembly:
             return _slices(plain, at, sizes)
         if plain.nbytes != at or total == 0:
             raise RecordError("a message header followed by the wrong number of bytes")
-        self._whole = self._buffers.allocate(total)
-        self._frames = _slices(self._whole, 0, sizes)
+        self._frames = self._buffers.frames(sizes)
+        self._next = self._unfilled(0)
         self._filled = 0
         return None
 

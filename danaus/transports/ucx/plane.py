@@ -357,7 +357,7 @@ class UcxPlane:
                 if not sizes:
                     await endpoint.send(framing.BYE)
                     return
-                frames = [buffers.allocate(size) for size in sizes]
+                frames = buffers.frames(sizes)
                 for frame in frames:
                     if frame.nbytes:
                         await endpoint.recv(frame)
