@@ -134,7 +134,8 @@ class SplitPlane:
         self._sent: dict[str, int] = {}
         """The number of the next message to each receiver sent the mark (none: not numbered)."""
         self._on_ucx: dict[str, bool] = {}
-        """Receivers asked where they listen on UCX: True once they answered with an address."""
+        """Receivers asked where they listen on UCX: True once they answered with an address
+        (and were sent the mark)."""
         self._expected: dict[str, int] = {}
         """The number of the next message to hand on, from each sender whose mark arrived.
 
