@@ -13,6 +13,8 @@ import ctypes
 import dataclasses
 import os
 import select
+import subprocess
+import sys
 import warnings
 import zlib
 
@@ -240,3 +242,12 @@ def test_a_job_on_loopback_keeps_its_rma_worker_on_loopback(monkeypatch):
     assert network_devices("0.0.0.0") == network_devices("10.0.0.5") == ""
     monkeypatch.setenv("UCX_NET_DEVICES", "mlx5_0:1")
     assert network_devices("127.0.0.1") == ""
+
+
+def test_a_proc_that_makes_no_transfer_never_imports_numpy():
+    """numpy's import costs every ucx process some 85 ms and a thread; only transfers need it."""
+    check = "import sys, danaus.transports.ucx; print('numpy' in sys.modules)"
+    result = subprocess.run(
+        [sys.executable, "-c", check], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert result.stdout.strip() == "False"

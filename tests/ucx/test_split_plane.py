@@ -14,8 +14,19 @@ pytest.importorskip("ucxx")
 
 import danaus
 from danaus import Actor, endpoint, this_host
+from danaus.transports.tcp.control import DATA
+from danaus.transports.tcp.memory import MEMORY
 from danaus.transports.ucx.fabric import BulkRoutes
-from danaus.transports.ucx.split import ASK, AT, HERE, LARGE_BYTES, NONE, SplitPlane
+from danaus.transports.ucx.split import (
+    ASK,
+    AT,
+    HERE,
+    LARGE_BYTES,
+    NONE,
+    NUMBERED,
+    OWN_KINDS,
+    SplitPlane,
+)
 from tests.tcp.conftest import wait_until
 from tests.ucx.probe import Probe
 
@@ -141,38 +152,48 @@ def _number(message: list[bytes]) -> int:
     return int.from_bytes(message[-1], "little")
 
 
+LARGE = [b"D", bytes(LARGE_BYTES)]
+
+
 def test_large_messages_go_on_tcp_until_the_peer_says_where_it_listens_on_ucx():
     split, small, large, _, loop = _split()
     split.send("b", [b"D", b"x"])
-    split.send("b", [b"D", bytes(LARGE_BYTES)])
-    split.send("b", [b"D", bytes(LARGE_BYTES)])
-    assert [(dest, m[-1]) for dest, m in small.sent] == [
-        ("b", (0).to_bytes(8, "little")),
-        ("b", (1).to_bytes(8, "little")),
-        ("b", ASK),
-        ("b", (2).to_bytes(8, "little")),
-    ], "one question, after the first large message"
-    split.arrived("b", [b"10.0.0.2:4000", AT])
+    split.send("b", LARGE)
+    split.send("b", LARGE)
+    assert small.sent == [("b", [b"D", b"x"]), ("b", LARGE), ("b", [ASK]), ("b", LARGE)], (
+        "one question, after the first large message; nothing numbered before the answer"
+    )
+    split.arrived_on_loop("b", [AT, b"10.0.0.2:4000"])
     assert large.resolved_to == {"b": "10.0.0.2:4000"}
-    split.send("b", [b"D", bytes(LARGE_BYTES)])
+    assert small.sent[-1] == ("b", [NUMBERED]), "the mark, before anything goes on UCX"
+    split.send("b", LARGE)
     split.send("b", [b"D", b"y"])
     split.send("c", [b"D", b"z"])
-    assert [(dest, _number(m)) for dest, m in large.sent] == [("b", 3)]
-    assert [(dest, _number(m)) for dest, m in small.sent[-2:]] == [("b", 4), ("c", 0)]
+    assert [(dest, _number(m)) for dest, m in large.sent] == [("b", 0)]
+    assert small.sent[-2:] == [("b", [b"D", b"y", (1).to_bytes(8, "little")]), ("c", [b"D", b"z"])]
+    loop.close()
+
+
+def test_an_answer_nobody_asked_for_changes_nothing():
+    split, small, large, _, loop = _split()
+    split.arrived_on_loop("b", [AT, b"10.0.0.2:4000"])
+    split.arrived_on_loop("b", [AT, b"10.0.0.2:4000"])
+    split.send("b", LARGE)
+    split.arrived_on_loop("b", [AT, b"10.0.0.2:4000"])
+    split.arrived_on_loop("b", [AT, b"10.0.0.2:4000"])
+    split.send("b", LARGE)
+    assert small.sent == [("b", LARGE), ("b", [ASK]), ("b", [NUMBERED])], "one mark"
+    assert [_number(m) for _, m in large.sent] == [0]
     loop.close()
 
 
 def test_a_peer_without_ucx_gets_its_large_messages_on_tcp_and_no_more_questions(caplog):
     split, small, large, _, loop = _split()
-    split.send("b", [b"D", bytes(LARGE_BYTES)])
+    split.send("b", LARGE)
     with caplog.at_level(logging.INFO, logger="danaus.ucx"):
-        split.arrived("b", [b"no UCX here", NONE])
-    split.send("b", [b"D", bytes(LARGE_BYTES)])
-    assert [m[-1] for _, m in small.sent] == [
-        (0).to_bytes(8, "little"),
-        ASK,
-        (1).to_bytes(8, "little"),
-    ]
+        split.arrived_on_loop("b", [NONE, b"no UCX here"])
+    split.send("b", LARGE)
+    assert small.sent == [("b", LARGE), ("b", [ASK]), ("b", LARGE)], "never numbered"
     assert large.sent == [] and "no UCX here" in caplog.text
     loop.close()
 
@@ -186,10 +207,10 @@ def test_a_question_starts_ucx_and_is_answered_with_where_it_listens():
 
     split, small, _, delivered, loop = _split(start)
     assert started == [], "nothing starts UCX before it is needed"
-    split.arrived("a", [ASK])
-    split.arrived("c", [ASK])
+    split.arrived_on_loop("a", [ASK])
+    split.arrived_on_loop("c", [ASK])
     assert len(started) == 1
-    assert small.sent == [("a", [b"here:1", AT]), ("c", [b"here:1", AT])]
+    assert small.sent == [("a", [AT, b"here:1"]), ("c", [AT, b"here:1"])]
     assert delivered == [], "questions never reach the runtime"
     loop.close()
 
@@ -200,20 +221,18 @@ def test_a_question_from_this_host_is_answered_without_starting_ucx(caplog):
 
     answerer, answerer_small, _, _, answerer_loop = _split(start)
     answerer_small.local.add("a")
-    answerer.arrived("a", [ASK])
+    answerer.arrived_on_loop("a", [ASK])
     assert answerer_small.sent == [("a", [HERE])]
     answerer_loop.close()
 
     split, small, large, _, loop = _split()
-    split.send("b", [b"D", bytes(LARGE_BYTES)])
+    split.send("b", LARGE)
     with caplog.at_level(logging.INFO, logger="danaus.ucx"):
-        split.arrived("b", [HERE])
-    split.send("b", [b"D", bytes(LARGE_BYTES)])
-    assert [m[-1] for _, m in small.sent] == [
-        (0).to_bytes(8, "little"),
-        ASK,
-        (1).to_bytes(8, "little"),
-    ], "no more questions, and large messages stay on TCP"
+        split.arrived_on_loop("b", [HERE])
+    split.send("b", LARGE)
+    assert small.sent == [("b", LARGE), ("b", [ASK]), ("b", LARGE)], (
+        "no more questions, and large messages stay on TCP, never numbered"
+    )
     assert large.sent == [] and caplog.text == ""
     loop.close()
 
@@ -221,8 +240,8 @@ def test_a_question_from_this_host_is_answered_without_starting_ucx(caplog):
 def test_bulk_over_ucx_everywhere_answers_a_question_from_this_host_with_the_address():
     split, small, _, _, loop = _split(routes=BulkRoutes(True, True, ""))
     small.local.add("a")
-    split.arrived("a", [ASK])
-    assert small.sent == [("a", [b"here:1", AT])]
+    split.arrived_on_loop("a", [ASK])
+    assert small.sent == [("a", [AT, b"here:1"])]
     loop.close()
 
 
@@ -234,9 +253,9 @@ def test_a_proc_without_an_rdma_device_keeps_large_messages_on_tcp_and_never_ask
         raise AssertionError("UCX started")
 
     split, small, _, _, loop = _split(start, WITHOUT_RDMA)
-    split.send("b", [b"D", bytes(LARGE_BYTES)])
-    split.send("b", [b"D", bytes(LARGE_BYTES)])
-    assert [(dest, _number(m)) for dest, m in small.sent] == [("b", 0), ("b", 1)]
+    split.send("b", LARGE)
+    split.send("b", LARGE)
+    assert small.sent == [("b", LARGE), ("b", LARGE)], "as sent: no number, no question"
     loop.close()
 
 
@@ -245,8 +264,8 @@ def test_without_an_rdma_device_a_question_from_another_host_is_answered_with_wh
         raise AssertionError("UCX started")
 
     split, small, _, _, loop = _split(start, WITHOUT_RDMA)
-    split.arrived("a", [ASK])
-    assert small.sent == [("a", [b"no RDMA device", NONE])]
+    split.arrived_on_loop("a", [ASK])
+    assert small.sent == [("a", [NONE, b"no RDMA device"])]
     loop.close()
 
 
@@ -255,12 +274,16 @@ def test_where_ucx_cannot_start_a_question_is_answered_with_why():
         raise OSError("no UCX library")
 
     split, small, _, _, loop = _split(start)
-    split.arrived("a", [ASK])
-    split.send("a", [b"D", bytes(LARGE_BYTES)])
-    [(dest, (why, marker)), (_, large_message)] = small.sent
+    split.arrived_on_loop("a", [ASK])
+    split.send("a", LARGE)
+    [(dest, (marker, why)), (_, large_message)] = small.sent
     assert (dest, marker) == ("a", NONE) and b"no UCX library" in why
-    assert _number(large_message) == 0, "large messages from here go on TCP, unasked"
+    assert large_message == LARGE, "large messages from here go on TCP, unasked"
     loop.close()
+
+
+def test_the_split_planes_own_kinds_are_never_the_transports():
+    assert not OWN_KINDS & {DATA, MEMORY}
 
 
 def numbered(number: int) -> list[bytes]:
@@ -271,9 +294,11 @@ def test_messages_that_arrive_early_wait_for_those_sent_before(caplog):
     split, _, _, delivered, loop = _split()
 
     with caplog.at_level(logging.ERROR, logger="danaus.ucx"):
-        split.arrived("a", numbered(1))
+        split.arrived_on_loop("b", [NUMBERED])
+        split.arrived("a", numbered(1))  # on UCX, before a's mark
         split.arrived("a", numbered(2))
         split.arrived("b", numbered(0))
+        split.arrived_on_loop("a", [NUMBERED])
         split.arrived("a", numbered(0))
         split.arrived("a", numbered(1))
         split.arrived("a", [b"D"])
@@ -290,6 +315,7 @@ def test_messages_that_arrive_early_wait_for_those_sent_before(caplog):
 
 def test_a_message_from_the_stream_plane_in_order_is_handed_on_at_once():
     split, _, _, delivered, loop = _split()
+    split.arrived_on_loop("a", [NUMBERED])
     split.arrived_on_loop("a", numbered(0))
     assert delivered == [("a", [b"D", b"0"])]
     split.arrived_on_loop("a", numbered(2))
@@ -301,9 +327,85 @@ def test_a_message_from_the_stream_plane_in_order_is_handed_on_at_once():
 
 def test_a_message_from_the_stream_plane_waits_for_one_from_ucx_still_queued():
     split, _, _, delivered, loop = _split()
+    split.arrived_on_loop("a", [NUMBERED])
+    split.arrived_on_loop("b", [NUMBERED])
     split.arrived("a", numbered(0))  # from UCX's thread: queued for the loop's next turn
     split.arrived_on_loop("a", numbered(1))
     split.arrived_on_loop("b", numbered(0))
     loop.run_until_complete(asyncio.sleep(0))
     assert delivered == [("a", [b"D", b"0"]), ("a", [b"D", b"1"]), ("b", [b"D", b"0"])]
+    loop.close()
+
+
+def test_before_the_mark_messages_pass_through_whole_whatever_their_last_frame():
+    split, _, _, delivered, loop = _split()
+    looks_numbered = [b"D", (0).to_bytes(8, "little")]
+    split.arrived_on_loop("a", looks_numbered)
+    split.arrived_on_loop("a", [b"D", b"x"])
+    assert delivered == [("a", looks_numbered), ("a", [b"D", b"x"])]
+    loop.close()
+
+
+def test_the_mark_divides_a_senders_messages_and_those_on_ucx_wait_for_it():
+    split, _, _, delivered, loop = _split()
+    split.arrived_on_loop("a", [b"D", b"before"])
+    split.arrived("a", numbered(0))  # on UCX, sent after the mark, arrived before it
+    loop.run_until_complete(asyncio.sleep(0))
+    assert delivered == [("a", [b"D", b"before"])]
+    split.arrived_on_loop("a", [NUMBERED])
+    split.arrived_on_loop("a", numbered(1))
+    loop.run_until_complete(asyncio.sleep(0))
+    assert delivered == [("a", [b"D", b"before"]), ("a", [b"D", b"0"]), ("a", [b"D", b"1"])]
+    loop.close()
+
+
+def test_malformed_messages_are_rejected_and_logged_and_the_order_holds(caplog):
+    split, small, _, delivered, loop = _split()
+    with caplog.at_level(logging.ERROR, logger="danaus.ucx"):
+        split.arrived_on_loop("a", [ASK, b"more"])
+        split.arrived_on_loop("a", [NUMBERED, b"more"])
+        split.arrived_on_loop("a", [b"D", b"unnumbered"])
+        split.arrived_on_loop("a", [NUMBERED])
+        split.arrived_on_loop("a", [b"D", b"unnumbered"])  # after the mark: a number is due
+        split.arrived_on_loop("a", numbered(0))
+        split.arrived_on_loop("a", [NUMBERED])  # a second mark starts nothing over
+        split.arrived_on_loop("a", numbered(0))
+        split.arrived_on_loop("a", numbered(1))
+    assert delivered == [("a", [b"D", b"unnumbered"]), ("a", [b"D", b"0"]), ("a", [b"D", b"1"])]
+    assert small.sent == [], "no question asked, none answered"
+    assert caplog.text.count("malformed") == 2
+    assert "no sequence number" in caplog.text and "second mark" in caplog.text
+    assert "came twice" in caplog.text
+    loop.close()
+
+
+def test_messages_of_both_planes_arrive_in_the_order_sent_whichever_plane_is_faster():
+    """A sender and a receiver wired together; what UCX carries always arrives first."""
+    sender, out_small, out_large, _, sender_loop = _split()
+    receiver, back_small, _, delivered, loop = _split()
+
+    def carry() -> None:
+        on_ucx, out_large.sent[:] = out_large.sent[:], []
+        on_tcp, out_small.sent[:] = out_small.sent[:], []
+        back, back_small.sent[:] = back_small.sent[:], []
+        for _, message in on_ucx:
+            receiver.arrived("a", message)
+        for _, message in on_tcp:
+            receiver.arrived_on_loop("a", message)
+        for _, message in back:
+            sender.arrived_on_loop("b", message)
+        loop.run_until_complete(asyncio.sleep(0))
+
+    sent = []
+    for index in range(12):
+        payload = bytes(LARGE_BYTES) if index % 3 == 0 else b"small"
+        message = [b"D", index.to_bytes(2, "little"), payload]
+        sender.send("b", message)
+        sent.append(message)
+        if index in (0, 1, 6):
+            carry()  # the question, its answer, the mark; then UCX overtakes the stream plane
+    carry()
+    assert [message for _, message in delivered] == sent
+    assert len(out_large.resolved_to) == 1
+    sender_loop.close()
     loop.close()

@@ -51,8 +51,6 @@ import threading
 from dataclasses import dataclass
 from functools import partial
 
-import numpy as np
-
 from danaus.core.transport import DeviceMemory, Memory, MemoryHandle, ProcLoss, memory_owner_lost
 from danaus.transports.tcp.ioloop import IoLoop, Settle
 from danaus.transports.ucx.rma_library import BAD_KEY, CLOSED, DROPPED, NativeRma, Region, load
@@ -90,6 +88,8 @@ def address_of(memory: Memory) -> int:
     """Where ``memory`` starts in this process."""
     if isinstance(memory, DeviceMemory):
         return memory.address
+    import numpy as np  # here: a proc that makes no transfer does not pay numpy's import
+
     return int(np.frombuffer(memory, dtype=np.uint8).ctypes.data)
 
 

@@ -28,17 +28,29 @@ UCX address (or why it has none, and then large messages to it stay on the
 stream plane; so do those to a peer on the same host, or to one without an
 RDMA device, which answers so without starting UCX). A proc without an RDMA
 device does not ask at all. From the answer on, large messages to it travel on UCX. These
-questions and answers are the split plane's own, on the stream plane, and
+questions and answers, and the mark below, are the split plane's own: they
+travel on the stream plane only, never numbered, begin with a kind frame of
+their own (`OWN_KINDS`, which the transport's messages never begin with), and
 never reach the runtime.
 
 Each plane keeps a pair's messages in order, but two planes do not: a small
-message sent after a large one may arrive first. So each message carries its
-number in the sequence from its sender to its receiver, as a last frame of 8
-bytes, and the receiver hands messages on strictly in that order, holding any
-that arrive early. Both planes only carry messages from peers that proved they
-hold the job's key, and each message is handed on from one queue, on the runtime
-loop's thread, so that the order given here is the order the runtime sees: at
-once when it arrived there (the stream plane's), else at the loop's next turn.
+message sent after a large one may arrive first. So once a sender has UCX's
+address for a receiver, it first sends a mark on the stream plane (`NUMBERED`),
+and from then on each of its messages to that receiver carries its number in
+the sequence that the mark begins, as a last frame of 8 bytes. The receiver
+hands those on strictly in that order, holding any that arrive early (one on
+UCX may even arrive before the mark). A pair that never uses UCX (every pair
+within a host, by default) never numbers: its messages all take the stream
+plane, which keeps them in order, and pass through as on tcp. The mark, not
+the message, says which messages carry numbers: those after it on the stream
+plane, and all on UCX. A message without a number where one is due, a number
+that came twice, a second mark or a malformed message of the split plane's
+own is rejected and logged. Both planes only carry messages from peers that
+proved they hold the job's key. Numbered messages are handed on from one
+queue, on the runtime loop's thread, so that the order given here is the
+order the runtime sees: at once when one arrived there (the stream plane's)
+and nothing waits on the queue, else at the loop's next turn. A message not
+numbered is handed on at once: none of its sender's can be waiting.
 
 A proc's data address is that of its stream plane.
 """
@@ -68,13 +80,17 @@ LARGE_BYTES = 512 * 1024
 _SEQUENCE = struct.Struct("<Q")
 
 ASK = b"?"
-"""The last frame of a question: where does the receiver listen on UCX?"""
+"""A question (the kind frame alone): where does the receiver listen on UCX?"""
 AT = b"@"
-"""The last frame of an answer: the UCX address (``host:port``) before it."""
+"""An answer: the UCX address (``host:port``) after it."""
 NONE = b"-"
-"""The last frame of an answer: no UCX here, and why, before it."""
+"""An answer: no UCX here, and why, after it."""
 HERE = b"="
 """An answer: the receiver runs on the sender's host, where the stream plane is faster."""
+NUMBERED = b"#"
+"""The mark (the kind frame alone): from here on, the sender's messages carry their numbers."""
+OWN_KINDS = frozenset({ASK, AT, NONE, HERE, NUMBERED})
+"""The kind frames of the split plane's own messages (never those of the transport's)."""
 
 
 class UcxUnavailable(RuntimeError):
@@ -116,13 +132,17 @@ class SplitPlane:
         self._receiving = threading.Lock()
         """Held while an arrival is put in order; never waits on a plane."""
         self._sent: dict[str, int] = {}
-        """The number of the next message to each receiver."""
+        """The number of the next message to each receiver sent the mark (none: not numbered)."""
         self._on_ucx: dict[str, bool] = {}
-        """Receivers asked where they listen on UCX: True once they answered with an address."""
+        """Receivers asked where they listen on UCX: True once they answered with an address
+        (and were sent the mark)."""
         self._expected: dict[str, int] = {}
-        """The number of the next message to hand on, from each sender."""
+        """The number of the next message to hand on, from each sender whose mark arrived.
+
+        Only the loop's thread adds senders, so it may look one up without the lock."""
         self._early: dict[str, dict[int, list[Any]]] = {}
-        """Messages that arrived before one sent earlier, by sender and number."""
+        """Messages (without their numbers) that arrived before one sent earlier, or before
+        their sender's mark, by sender and number."""
         self._ready: deque[tuple[str, list[Any]]] = deque()
         """Messages in order, not yet handed to the runtime: one queue for both planes."""
         self._draining = False
@@ -152,34 +172,36 @@ class SplitPlane:
             self.small.send(src, [HERE])
             return
         if not self._routes.between_hosts:
-            self.small.send(src, [self._routes.why.encode(), NONE])
+            self.small.send(src, [NONE, self._routes.why.encode()])
             return
         try:
             listening = self.ucx().listening()
         except UcxUnavailable as exc:
-            self.small.send(src, [str(exc).encode(), NONE])
+            self.small.send(src, [NONE, str(exc).encode()])
             return
 
         def answer(done: Future[str]) -> None:
             error = done.exception()
             if error is None:
-                self.small.send(src, [done.result().encode(), AT])
+                self.small.send(src, [AT, done.result().encode()])
             else:
-                self.small.send(src, [f"UCX does not listen: {error!r}".encode(), NONE])
+                self.small.send(src, [NONE, f"UCX does not listen: {error!r}".encode()])
 
         listening.add_done_callback(answer)
 
-    def _answered(self, src: str, frames: list[Any]) -> None:
+    def _answered(self, src: str, kind: bytes, frames: list[Any]) -> None:
         """``src`` told where it listens on UCX, or why it does not (on the loop's thread)."""
-        text = bytes(frames[0]).decode(errors="replace") if len(frames) == 2 else ""
-        if bytes(frames[-1]) == AT and _is_address(text):
+        text = bytes(frames[1]).decode(errors="replace") if len(frames) == 2 else ""
+        if kind == AT and _is_address(text):
             try:
                 large = self.ucx()
             except UcxUnavailable:
                 return
             large.resolved(src, text)
             with self._sending:
-                if src in self._on_ucx:
+                if self._on_ucx.get(src) is False:  # asked, not yet answered, not forgotten
+                    self.small.send(src, [NUMBERED])
+                    self._sent[src] = 0
                     self._on_ucx[src] = True
         else:
             log.info("proc %s: large messages to %s stay on TCP: %s", self._proc, src, text)
@@ -187,51 +209,45 @@ class SplitPlane:
     # ---- receiving --------------------------------------------------------------------
 
     def arrived(self, src: str, frames: list[Any]) -> None:
-        """A message from the UCX plane (on its thread): hand it on in its sender's order."""
-        self._take(src, frames, on_loop=False)
+        """A message from the UCX plane (on its thread), numbered: hand it on in order."""
+        self._pass_on(src, False, self._order, src, frames)
 
     def arrived_on_loop(self, src: str, frames: list[Any]) -> None:
         """A message from the stream plane (on the loop's thread): the same, at once if it can."""
-        self._take(src, frames, on_loop=True)
+        kind = bytes(frames[0])  # the stream plane delivers no message without frames
+        if kind in OWN_KINDS:
+            self._own(src, kind, frames)
+        elif src in self._expected:
+            self._pass_on(src, True, self._order, src, frames)
+        else:
+            self._receive(src, frames)  # not numbered: none of its sender's waits on the queue
 
-    def _take(self, src: str, frames: list[Any], on_loop: bool) -> None:
-        last = memoryview(frames[-1]).nbytes if frames else 0
-        if last == 1 and len(frames) <= 2:
-            marker = bytes(frames[-1])
-            if marker == ASK and len(frames) == 1:
-                self._asked(src)
-                return
-            if marker == HERE and len(frames) == 1:
-                log.debug("proc %s: large messages to %s stay on its Unix socket", self._proc, src)
-                return
-            if marker in (AT, NONE):
-                self._answered(src, frames)
-                return
-        if len(frames) < 2 or last != _SEQUENCE.size:
-            log.error("proc %s: rejected a message from %s: no sequence number", self._proc, src)
-            return
-        (number,) = _SEQUENCE.unpack(frames[-1])
+    def _own(self, src: str, kind: bytes, frames: list[Any]) -> None:
+        """One of the split plane's own messages (on the loop's thread)."""
+        if kind in (AT, NONE):
+            self._answered(src, kind, frames)
+        elif len(frames) != 1:
+            log.error("proc %s: rejected a malformed message from %s", self._proc, src)
+        elif kind == ASK:
+            self._asked(src)
+        elif kind == HERE:
+            log.debug("proc %s: large messages to %s stay on its Unix socket", self._proc, src)
+        elif kind == NUMBERED:
+            self._pass_on(src, True, self._numbering, src)
+
+    def _pass_on(
+        self, src: str, on_loop: bool, order: Callable[..., list[list[Any]]], *args: Any
+    ) -> None:
+        """Hand on the messages of ``src`` that ``order(*args)`` (under the lock) puts in order.
+
+        One lock section both orders them and queues them, so that a message
+        from the other plane cannot slip in between.
+        """
         wake_loop = False
         with self._receiving:
-            expected = self._expected.get(src, 0)
-            early = self._early.get(src)
-            if number < expected or (early is not None and number in early):
-                log.error(
-                    "proc %s: rejected a message from %s: number %d came twice",
-                    self._proc,
-                    src,
-                    number,
-                )
+            ready = order(*args)
+            if not ready:
                 return
-            if number > expected:
-                self._early.setdefault(src, {})[number] = frames
-                return
-            ready = [frames[:-1]]
-            expected += 1
-            while early and expected in early:
-                ready.append(early.pop(expected)[:-1])
-                expected += 1
-            self._expected[src] = expected
             # Handed on here only if nothing put in order before waits on the queue.
             direct = on_loop and not self._ready
             if not direct:
@@ -245,6 +261,42 @@ class SplitPlane:
             self._drain()
         elif wake_loop:
             self._loop.call_soon_threadsafe(self._drain)
+
+    def _order(self, src: str, frames: list[Any]) -> list[list[Any]]:
+        """The messages of ``src`` in order now that ``frames``, numbered, arrived (lock held)."""
+        expected = self._expected.get(src)
+        if len(frames) < 2 or memoryview(frames[-1]).nbytes != _SEQUENCE.size:
+            log.error("proc %s: rejected a message from %s: no sequence number", self._proc, src)
+            return []
+        (number,) = _SEQUENCE.unpack(frames[-1])
+        early = self._early.setdefault(src, {})
+        if (expected is not None and number < expected) or number in early:
+            log.error(
+                "proc %s: rejected a message from %s: number %d came twice",
+                self._proc,
+                src,
+                number,
+            )
+            return []
+        early[number] = frames[:-1]
+        return [] if expected is None else self._release(src, expected)
+
+    def _numbering(self, src: str) -> list[list[Any]]:
+        """``src``'s mark arrived: what came from it on UCX before, in order (lock held)."""
+        if src in self._expected:
+            log.error("proc %s: rejected a second mark from %s", self._proc, src)
+            return []
+        return self._release(src, 0)
+
+    def _release(self, src: str, expected: int) -> list[list[Any]]:
+        """The messages of ``src`` held from number ``expected`` on, as far as none is missing."""
+        early = self._early.get(src, {})
+        ready = []
+        while expected in early:
+            ready.append(early.pop(expected))
+            expected += 1
+        self._expected[src] = expected
+        return ready
 
     def _drain(self) -> None:
         """Hand the runtime every message put in order so far (on the loop's thread)."""
@@ -262,21 +314,24 @@ class SplitPlane:
         self.small.start()
 
     def send(self, dest: str, message: list[Any]) -> None:
-        """Send ``message`` (kind frame first) to ``dest``, from any thread."""
+        """Send ``message`` (kind frame first, never one of `OWN_KINDS`) to ``dest``, from any
+        thread; numbered once ``dest`` has the mark."""
         large = self._may_use_ucx and sum(memoryview(f).nbytes for f in message) >= LARGE_BYTES
         ask = False
         with self._sending:
-            number = self._sent.get(dest, 0)
-            self._sent[dest] = number + 1
-            plane: StreamPlane | UcxPlane = self.small
-            if large:
-                if self._on_ucx.get(dest):
-                    assert self._large is not None
-                    plane = self._large
-                elif dest not in self._on_ucx and self._asks():
+            number = self._sent.get(dest)
+            if number is None:
+                if large and dest not in self._on_ucx and self._asks():
                     self._on_ucx[dest] = False
                     ask = True
-            plane.send(dest, [*message, _SEQUENCE.pack(number)])
+                self.small.send(dest, message)
+            else:
+                self._sent[dest] = number + 1
+                plane: StreamPlane | UcxPlane = self.small
+                if large:
+                    assert self._large is not None
+                    plane = self._large
+                plane.send(dest, [*message, _SEQUENCE.pack(number)])
         if ask:
             self.small.send(dest, [ASK])
 
