@@ -277,7 +277,7 @@ class Relays:
         caller's proc) if it is alone. ``first``: this proc is the caller, whose plain calls
         are sends, not forwards, in the trace."""
         runtime = self._runtime
-        tracing = runtime.trace.enabled
+        trace = runtime.trace
         for start, stop in split(targets, fanout):
             child = targets.procs[start]
             point, seq = targets.points[start], targets.seqs[start]
@@ -292,9 +292,10 @@ class Relays:
                 head = envelope = replace(call, point=point, seq=seq)
             else:
                 head = envelope = replace(call, point=point, seq=seq, origin=origin)
-            if tracing and not (first and stop - start == 1):
-                runtime.trace.record(
+            if trace.enabled and not (first and stop - start == 1):
+                trace.events.append(
                     ev.Forwarded(
+                        t=trace.clock(),
                         proc=runtime.proc_id,
                         src=head.sender,
                         seq=head.seq,
@@ -376,7 +377,7 @@ class Relays:
         targets = targets.without(runtime.lost_procs.keys())
         if not targets:
             return
-        tracing = runtime.trace.enabled
+        trace = runtime.trace
         orphaned = []
         for start, stop in split(targets, relay.fanout):
             child = targets.procs[start]
@@ -397,9 +398,10 @@ class Relays:
                 relay.waiting += 1
             if child != runtime.proc_id:
                 runtime.watch(child)
-            if tracing:
-                runtime.trace.record(
+            if trace.enabled:
+                trace.events.append(
                     ev.Forwarded(
+                        t=trace.clock(),
                         proc=runtime.proc_id,
                         src=call.sender,
                         seq=call.seq,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from contextvars import ContextVar
+from collections.abc import Callable
+from contextvars import ContextVar, Token
 from typing import TYPE_CHECKING
 
 from danaus.core.shape import Extent, Point
@@ -28,13 +29,12 @@ NO_MESSAGE = Point(0, Extent((), ()))
 
 _current: ContextVar[Context] = ContextVar("danaus_context")
 
+set_context: Callable[[Context], Token[Context]] = _current.set
+"""Make a context current; returns the token that undoes it. The variable's own method,
+not a function calling it: an actor sets its context for every message."""
 
-def set_context(ctx: Context) -> object:
-    return _current.set(ctx)
-
-
-def reset_context(token: object) -> None:
-    _current.reset(token)  # type: ignore[arg-type]
+reset_context: Callable[[Token[Context]], None] = _current.reset
+"""Undo a `set_context`, given its token."""
 
 
 def peek_context() -> Context | None:

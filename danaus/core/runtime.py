@@ -195,7 +195,7 @@ class Runtime:
         """
         labels, sizes = shape.labels, shape.ndslice.sizes
         size = nbytes(payload)
-        tracing = self.trace.enabled
+        trace = self.trace
         observer = self.observer
         carried = (
             None
@@ -205,9 +205,10 @@ class Runtime:
         number = self._outbound.next
         seqs = [number(proc) for proc, _ in targets]
         for (proc, _), seq in zip(targets, seqs):
-            if tracing:
-                self.trace.record(
+            if trace.enabled:
+                trace.events.append(
                     ev.CallSent(
+                        t=trace.clock(),
                         proc=self.proc_id,
                         src=sender.actor_id,
                         seq=seq,
@@ -246,9 +247,11 @@ class Runtime:
         it cannot be delivered (the runtime's own answers never come back).
         """
         seq = sender.next_seq()
-        if self.trace.enabled:
-            self.trace.record(
+        trace = self.trace
+        if trace.enabled:
+            trace.events.append(
                 ev.ReplySent(
+                    t=trace.clock(),
                     proc=self.proc_id,
                     src=sender.actor_id,
                     seq=seq,
@@ -416,10 +419,15 @@ class Runtime:
         elif kind is Ack:
             self.relays.acked(src, envelope)
         elif kind is Reply:
-            if self.trace.enabled:
-                self.trace.record(
+            trace = self.trace
+            if trace.enabled:
+                trace.events.append(
                     ev.ReplyReceived(
-                        proc=self.proc_id, src=envelope.sender, seq=envelope.seq, port=envelope.port
+                        t=trace.clock(),
+                        proc=self.proc_id,
+                        src=envelope.sender,
+                        seq=envelope.seq,
+                        port=envelope.port,
                     )
                 )
             self._route_reply(src, envelope, payload)
@@ -469,12 +477,16 @@ class Runtime:
             return
         if not due and self._inbound.holding(origin):
             self.watch(origin)  # what it holds goes if the calls before never come
-        tracing = self.trace.enabled
+        trace = self.trace
         for ready, payload in due:
-            if tracing:
-                self.trace.record(
+            if trace.enabled:
+                trace.events.append(
                     ev.CallReceived(
-                        proc=self.proc_id, src=ready.sender, seq=ready.seq, actor=ready.actor
+                        t=trace.clock(),
+                        proc=self.proc_id,
+                        src=ready.sender,
+                        seq=ready.seq,
+                        actor=ready.actor,
                     )
                 )
             self._route_call(origin, ready, payload)
