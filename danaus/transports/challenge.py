@@ -28,9 +28,10 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-MAGIC = b"DNSU4"
-"""Changed with the protocol that follows the challenge (4: a shared ring on Unix sockets), so
-a proc of another version is refused at its greeting, not misread after it."""
+MAGIC = b"DNSU5"
+"""Changed with the protocol that follows the challenge (4: a shared ring on Unix sockets;
+5: ucx numbers a pair's messages only after a mark, and each record of a message lies within
+one frame), so a proc of another version is refused at its greeting, not misread after it."""
 NONCE_BYTES = 16
 KEY_BYTES = 32
 PROOF_BYTES = 32
