@@ -133,9 +133,9 @@ class SplitPlane:
         """Held while an arrival is put in order; never waits on a plane."""
         self._sent: dict[str, int] = {}
         """The number of the next message to each receiver sent the mark (none: not numbered)."""
-        self._on_ucx: dict[str, bool] = {}
-        """Receivers asked where they listen on UCX: True once they answered with an address
-        (and were sent the mark)."""
+        self._questioned: set[str] = set()
+        """Receivers asked where they listen on UCX (those that answered with an address are
+        numbered: in `_sent`)."""
         self._expected: dict[str, int] = {}
         """The number of the next message to hand on, from each sender whose mark arrived.
 
@@ -199,10 +199,9 @@ class SplitPlane:
                 return
             large.resolved(src, text)
             with self._sending:
-                if self._on_ucx.get(src) is False:  # asked, not yet answered, not forgotten
+                if src in self._questioned and src not in self._sent:  # once, and only if asked
                     self.small.send(src, [NUMBERED])
                     self._sent[src] = 0
-                    self._on_ucx[src] = True
         else:
             log.info("proc %s: large messages to %s stay on TCP: %s", self._proc, src, text)
 
@@ -321,8 +320,8 @@ class SplitPlane:
         with self._sending:
             number = self._sent.get(dest)
             if number is None:
-                if large and dest not in self._on_ucx and self._asks():
-                    self._on_ucx[dest] = False
+                if large and dest not in self._questioned and not self._large_failed:
+                    self._questioned.add(dest)
                     ask = True
                 self.small.send(dest, message)
             else:
@@ -335,10 +334,6 @@ class SplitPlane:
         if ask:
             self.small.send(dest, [ASK])
 
-    def _asks(self) -> bool:
-        """Whether a first large message to a peer comes with a question about UCX."""
-        return self._may_use_ucx and not self._large_failed
-
     def resolved(self, dest: str, address: str) -> None:
         """``dest`` receives at ``address`` (its stream plane's)."""
         self.small.resolved(dest, address)
@@ -350,7 +345,7 @@ class SplitPlane:
             self._large.forget(dest)
         with self._sending:
             self._sent.pop(dest, None)
-            self._on_ucx.pop(dest, None)
+            self._questioned.discard(dest)
         with self._receiving:
             self._expected.pop(dest, None)
             self._early.pop(dest, None)
