@@ -71,6 +71,11 @@ def allocate(nbytes: int) -> memoryview:
     return memoryview(bytearray(nbytes))
 
 
+def _stored(size: int) -> bool:
+    """Whether a frame of ``size`` bytes is received into bytes storage of its own."""
+    return STORAGE_FROM <= size <= STORAGE_UNTIL
+
+
 class BufferCache:
     """Large buffers of one connection, each used again once nothing else refers to it."""
 
@@ -81,12 +86,11 @@ class BufferCache:
     def frames(self, sizes: Sequence[int]) -> list[memoryview]:
         """Writable buffers for frames of ``sizes`` bytes: each its own bytes storage, if its
         size is in that range, else slices of one buffer (`allocate`)."""
-        own = [STORAGE_FROM <= size <= STORAGE_UNTIL for size in sizes]
-        shared = self.allocate(sum(size for size, alone in zip(sizes, own) if not alone))
+        shared = self.allocate(sum(size for size in sizes if not _stored(size)))
         frames = []
         at = 0
-        for size, alone in zip(sizes, own):
-            if alone:
+        for size in sizes:
+            if _stored(size):
                 frames.append(bytes_storage(size))
             else:
                 frames.append(shared[at : at + size])
