@@ -61,10 +61,19 @@ def bytes_storage(nbytes: int) -> memoryview:
 
 def _rebuild_bytes(buffer: memoryview) -> bytes:
     view = memoryview(buffer)
-    owner = getattr(view.obj, "owner", None)
-    if type(owner) is bytes and len(owner) == view.nbytes:
-        return owner
+    storage = view.obj
+    if isinstance(storage, ctypes.Array) and _owns_all(getattr(storage, "owner", None), view):
+        return storage.owner
     return bytes(view)
+
+
+def _owns_all(owner: object, view: memoryview) -> bool:
+    """Whether ``view`` is all of the storage of ``owner``, a bytes object (`bytes_storage`)."""
+    return (
+        type(owner) is bytes
+        and len(owner) == view.nbytes
+        and ctypes.addressof(view.obj) == id(owner) + _BYTES_DATA
+    )
 
 
 def _rebuild_bytearray(buffer: memoryview) -> bytearray:
