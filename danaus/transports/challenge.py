@@ -28,10 +28,11 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-MAGIC = b"DNSU5"
+MAGIC = b"DNSU6"
 """Changed with the protocol that follows the challenge (4: a shared ring on Unix sockets;
 5: ucx numbers a pair's messages only after a mark, and each record of a message lies within
-one frame), so a proc of another version is refused at its greeting, not misread after it."""
+one frame; 6: a large message's header record carries its leading small frames), so a proc
+of another version is refused at its greeting, not misread after it."""
 NONCE_BYTES = 16
 KEY_BYTES = 32
 PROOF_BYTES = 32

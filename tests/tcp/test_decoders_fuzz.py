@@ -21,6 +21,8 @@ from danaus.transports.tcp import control, memory
 from danaus.transports.tcp.buffers import STORAGE_FROM, BufferCache
 from danaus.transports.tcp.limits import Limits
 from danaus.transports.tcp.records import (
+    CARRIED_BYTES,
+    INLINE_BYTES,
     LEAD_BYTES,
     LENGTH,
     Assembly,
@@ -154,12 +156,41 @@ def test_tcp_a_large_message_begins_in_lead_records_then_goes_in_whole_chunks():
     message = [b"pickle", os.urandom(LEAD_BYTES + 3 * chunk + 5)]
     records = list(message_records(message, Cipher(KEY), chunk, lead_chunk_bytes=lead))
     sizes = [sum(memoryview(b).nbytes for b in record) - LENGTH.size - 16 for record in records]
-    leading = LEAD_BYTES // lead  # with the first frame's 6 bytes, these reach LEAD_BYTES
-    assert sizes[1:] == [6, *[lead] * leading, chunk, chunk, chunk, 5]
+    assert sizes[1:] == [*[lead] * (LEAD_BYTES // lead), chunk, chunk, chunk, 5]
     stream = b"".join(bytes(buffer) for record in records for buffer in record)
     assembly = Assembly(Cipher(KEY), chunk + 16, 8 * LIMIT, BufferCache(8 * LIMIT))
     arrived = [assembly.opened(length, body) for length, body in _records(stream)]
     assert [bytes(frame) for frame in arrived[-1]] == message
+
+
+def test_tcp_a_large_message_s_leading_small_frames_travel_in_its_header_record():
+    """A call's kind, envelope and pickle cost no record of their own."""
+    chunk = 32 * 1024
+    message = [b"k", bytes(50), bytes(67), os.urandom(8 * chunk)]
+    records = list(message_records(message, Cipher(KEY), chunk))
+    header = _records(b"".join(bytes(buffer) for buffer in records[0]))[0][1]
+    plain = bytearray(header.nbytes - 16)
+    Cipher(KEY).open_into(records[0][0][: LENGTH.size], header, memoryview(plain))
+    assert plain.endswith(b"k" + bytes(117)), "the header's record holds the three small frames"
+    assert len(records) == 1 + 8, "then only the large frame's chunks"
+    stream = b"".join(bytes(buffer) for record in records for buffer in record)
+    assert _assemble(stream, KEY, 4 * LIMIT) == [message]
+
+
+def test_tcp_no_more_than_carried_bytes_of_frames_travel_with_the_header():
+    sizes = [10, CARRIED_BYTES - 30, 100, INLINE_BYTES]
+    first = next(message_records([bytes(size) for size in sizes], Cipher(None), 1024 * 1024))
+    header_bytes = 4 + 8 * len(sizes)
+    assert sum(memoryview(b).nbytes for b in first) == LENGTH.size + header_bytes + sizes[0]
+
+
+@pytest.mark.parametrize("carried", [b"abc", b"abcdefg"], ids=["within-a-frame", "past-a-frame"])
+def test_tcp_a_header_record_carrying_part_of_a_frame_is_refused(carried):
+    cipher = Cipher(KEY)
+    header = struct.pack("<IQQ", 2, 5, 1 << 20)
+    record = b"".join(bytes(b) for b in cipher.seal(header + carried))
+    with pytest.raises(RecordError, match="wrong number of bytes"):
+        _assemble(record, KEY, 4 * LIMIT)
 
 
 @PURE

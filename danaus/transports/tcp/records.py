@@ -10,9 +10,11 @@ the plain bytes, the connection having proved itself in its challenge.
 A message is a header (the number of frames and the size of each) followed by
 its frames' bytes. A message of at most `INLINE_BYTES` travels in one record,
 its header and frames together; a larger one travels as a record holding the header
-alone, then its frames' bytes in records of at most ``chunk_bytes`` (shorter ones
-first, see `LEAD_BYTES`), each within one frame and sealed when the connection is
-ready for it, so that a large message is never sealed whole in advance. The
+and its leading small frames (at most `CARRIED_BYTES` of them, see
+`carried_frames`), then the other frames' bytes in records of at most
+``chunk_bytes`` (shorter ones first, see `LEAD_BYTES`), each within one frame
+and sealed when the connection is ready for it, so that a large message is
+never sealed whole in advance. The
 receiver checks a record's length against the limit before it reads the body,
 and a header against ``max_message_bytes`` before it allocates the message's
 frames (`BufferCache.frames`), which it then fills record by record, in place.
@@ -53,6 +55,11 @@ LEAD_BYTES = 1024 * 1024
 the receiver opens each while the sender seals the next, so that a message of a few MiB
 is not sealed and then opened whole, one after the other. Past them, long records cost
 less per byte."""
+
+CARRIED_BYTES = 64 * 1024
+"""The most bytes of leading frames a large message's header record carries. A call's
+kind, envelope and pickle come before its large buffers: in the header's record they
+cost no record each (a seal, a write that wakes the peer, an opening)."""
 
 _NONCE = struct.Struct("<Q4x")
 _COUNT = struct.Struct("<I")
@@ -146,9 +153,12 @@ def message_records(
     """The records of ``message`` (its frames), each sealed only when it is asked for.
 
     ``scratch`` (of at least ``chunk_bytes`` plus a record's overhead): where
-    each chunk of a large message is sealed, so the caller must be done with
-    one before it asks for the next. ``lead_chunk_bytes``: the size of the
-    records that carry the message's first `LEAD_BYTES` (default: ``chunk_bytes``).
+    the header's record and each chunk of a large message are sealed, so the
+    caller must be done with one before it asks for the next (and a writer
+    that sends each such record at once wakes the peer with the header, which
+    then sets up the message's frames while the first chunk is sealed).
+    ``lead_chunk_bytes``: the size of the records that carry the message's
+    first `LEAD_BYTES` (default: ``chunk_bytes``).
     ``ring``: where a chunk's body of so many bytes may go in shared memory, if it
     has room (`ring.Producer.slot`); such a chunk's record is its descriptor alone.
     """
@@ -157,16 +167,32 @@ def message_records(
         yield record
         return
     views = [memoryview(frame).cast("B") for frame in message]
-    yield cipher.seal(_header([view.nbytes for view in views]))
+    sizes = [view.nbytes for view in views]
+    header = _header(sizes)
+    carried = carried_frames(sizes, min(CARRIED_BYTES, chunk_bytes) - len(header))
+    plain = b"".join([header, *views[:carried]])
+    fits = scratch is not None and LENGTH.size + len(plain) + cipher.overhead <= len(scratch)
+    yield cipher.seal(plain, scratch if fits else None)
     lead = min(chunk_bytes, lead_chunk_bytes or chunk_bytes)
     sent = 0
-    for view in views:
+    for view in views[carried:]:
         start = 0
         while start < view.nbytes:
             end = min(start + (lead if sent < LEAD_BYTES else chunk_bytes), view.nbytes)
             yield _chunk_record(view[start:end], cipher, scratch, ring)
             sent += end - start
             start = end
+
+
+def carried_frames(sizes: Sequence[int], room: int) -> int:
+    """How many leading frames of ``sizes`` bytes fit in ``room`` bytes together."""
+    count = held = 0
+    for size in sizes:
+        held += size
+        if held > room:
+            break
+        count += 1
+    return count
 
 
 def _chunk_record(
@@ -281,16 +307,19 @@ class Assembly:
             self._cipher.open_into(length, body, plain)
         sizes = self._sizes(plain)
         at = _COUNT.size + _SIZE.size * len(sizes)
-        total = sum(sizes)
-        if plain.nbytes == at + total:
-            if not self._cipher.encrypts:
-                plain = memoryview(bytearray(plain[at:]))
-                at = 0
-            return _slices(plain, at, sizes)
-        if plain.nbytes != at or total == 0:
+        held = plain.nbytes - at
+        whole = held == sum(sizes)
+        carried = len(sizes) if whole else carried_frames(sizes, held)
+        if not whole and sum(sizes[:carried]) != held:
             raise RecordError("a message header followed by the wrong number of bytes")
-        self._frames = self._buffers.frames(sizes)
-        self._next = self._unfilled(0)
+        if not self._cipher.encrypts:
+            plain = memoryview(bytearray(plain[at:]))
+            at = 0
+        frames = _slices(plain, at, sizes[:carried])
+        if whole:
+            return frames
+        self._frames = frames + self._buffers.frames(sizes[carried:])
+        self._next = self._unfilled(carried)
         self._filled = 0
         return None
 

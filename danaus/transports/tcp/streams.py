@@ -644,10 +644,12 @@ class Outbound:
     def _take(self) -> bool:
         """Seal records into `_ready`, up to `WRITE_BATCH` bytes; False if none is left.
 
-        A chunk sealed into the scratch buffer ends the batch: the next one
-        is sealed there only once the kernel has taken this one. So does one
-        sealed into the ring: its descriptor goes out at once, and the peer
-        opens it while this side seals the next.
+        A record sealed into the scratch buffer (a large message's header, or
+        a chunk) ends the batch: the next one is sealed there only once the
+        kernel has taken this one, and the header reaches the peer before the
+        first chunk is sealed. So does a chunk sealed into the ring: its
+        descriptor goes out at once, and the peer opens it while this side
+        seals the next.
         """
         assert self._cipher is not None
         size = 0
