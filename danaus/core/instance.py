@@ -775,7 +775,7 @@ class Instance:
     def _send_answer(self, call: Call, result: Any) -> None:
         assert call.reply is not None
         try:
-            frames = dumps(result, f"result of {self.class_name}.{call.method}")
+            frames = dumps(result, "result of %s.%s", self.class_name, call.method)
         except TypeError as exc:
             frames, error = actor_error_payload(self.actor_id, exc), True
         else:

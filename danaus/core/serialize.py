@@ -204,16 +204,21 @@ def _plain(obj: Any, depth: int = 2) -> bool:
     return True
 
 
-def dumps(obj: Any, what: str = "value") -> list[Buffer]:
-    """Pickle ``obj`` into frames; raise `SerializationError` naming ``what`` on failure."""
+def dumps(obj: Any, what: str = "value", *about: object) -> list[Buffer]:
+    """Pickle ``obj`` into frames; raise `SerializationError` naming ``what`` on failure.
+
+    Given ``about``, the name is ``what % about``, formatted only on failure: an
+    actor's every answer names itself, and most pickle.
+    """
     if _plain(obj):
-        return [pickle.dumps(obj, protocol=5)]
+        return [pickle.dumps(obj, 5)]
     buffers: list[pickle.PickleBuffer] = []
     stream = io.BytesIO()
     try:
         _Pickler(stream, protocol=5, buffer_callback=buffers.append).dump(_lift(obj))
     except Exception as exc:
-        raise SerializationError(f"{what} cannot be pickled: {exc}") from exc
+        name = what % about if about else what
+        raise SerializationError(f"{name} cannot be pickled: {exc}") from exc
     return [stream.getvalue(), *(b.raw() for b in buffers)]
 
 
