@@ -54,9 +54,7 @@ def context() -> Context:
 
 def current_rank() -> Point:
     """This message's recipient's position within the slice of the mesh that was messaged."""
-    # The variable first, as `context` reads it: an endpoint may ask for every message.
-    ctx = _current.get(None)
-    return (ctx if ctx is not None else context()).message_rank
+    return context().message_rank
 
 
 def current_actor_name() -> str:
