@@ -13,10 +13,14 @@ A cast to more procs than the world's ``cast_fanout`` (``--fanout``; by default
 the world's own) leaves the controller as at most that many messages, which
 the procs pass on along a tree. On ``sim`` every proc lives in this process,
 8 to a simulated host: its CPU time is the whole simulation's, and each line
-also gives the simulated time per call or cast. Never fails on speed.
+also gives the simulated time per call or cast. On a real transport a
+process's CPU time counts its threads' polling between messages
+(``wait_spin_us``, docs/transports.md): ``--wait-spin-us 0`` gives the CPU
+that the work itself takes. Never fails on speed.
 
     .venv/bin/python benchmarks/broadcast.py                       # tcp, 16 and 64 procs
     .venv/bin/python benchmarks/broadcast.py --procs 16 --casts 200 --transport ucx
+    .venv/bin/python benchmarks/broadcast.py --wait-spin-us 0         # CPU without polling
     .venv/bin/python benchmarks/broadcast.py --transport sim --fanout 4
 """
 
@@ -103,24 +107,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--casts", type=int, default=500)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--fanout", type=int, help="the world's cast_fanout (default: its own)")
+    parser.add_argument(
+        "--wait-spin-us", type=int, help="the world's wait_spin_us (default: its own; not on sim)"
+    )
     args = parser.parse_args(argv)
     sizes = [int(n) for n in args.procs.split(",")]
     if args.transport == "sim" and any(n % _sim_hosts(n) for n in sizes):
         parser.error(f"on sim, --procs must be at most {SIM_PROCS_PER_HOST} or a multiple of it")
+    if args.transport == "sim" and args.wait_spin_us is not None:
+        parser.error("--wait-spin-us is an option of the real transports; sim has no threads")
     for procs in sizes:
         options: dict[str, object] = {}
         if args.fanout is not None:
             options["cast_fanout"] = args.fanout
+        if args.wait_spin_us is not None:
+            options["wait_spin_us"] = args.wait_spin_us
         if args.transport == "sim":
             options["hosts"] = _sim_hosts(procs)
         else:
             options["heartbeat_timeout"] = 30.0
         danaus.configure(transport=args.transport, **options)
         try:
-            fanout = getattr(config.current_world(), "cast_fanout", None)
+            world = config.current_world()
+            fanout = getattr(world, "cast_fanout", None)
+            spin = getattr(world, "wait_spin_us", None)
             for line in _measure(args.transport, procs, args.casts, args.warmup):
                 info = {"transport": args.transport, "procs": procs, "casts": args.casts}
-                row = {"workload": line.pop("workload"), **info, "cast_fanout": fanout, **line}
+                row = {"workload": line.pop("workload"), **info, "cast_fanout": fanout}
+                row = {**row, "wait_spin_us": spin, **line}
                 print(json.dumps(row), flush=True)
         finally:
             danaus.shutdown()

@@ -14,13 +14,16 @@ system, every thread counted). With ``--bind``, every thread of the caller's
 process runs on one CPU and every thread of the actor's process on another
 (and ``home_cpus=False``), which shows what the threads' moving between CPUs
 costs; ``--no-home-cpus`` configures the transport with ``home_cpus=False``
-(`danaus.core.home_cpu`). Never fails on speed.
+(`danaus.core.home_cpu`), and ``--wait-spin-us N`` with ``wait_spin_us=N``
+(`danaus.core.awake`; 0: every wait sleeps at once, and the CPU times count no
+polling). Never fails on speed.
 
     .venv/bin/python benchmarks/hot_path.py                    # tcp
     .venv/bin/python benchmarks/hot_path.py --transport ucx --calls 500
     .venv/bin/python benchmarks/hot_path.py --no-encrypt        # authenticated, in clear
     .venv/bin/python benchmarks/hot_path.py --bind              # each process on a CPU of its own
     .venv/bin/python benchmarks/hot_path.py --no-home-cpus      # every thread left to the kernel
+    .venv/bin/python benchmarks/hot_path.py --wait-spin-us 0    # every wait sleeps at once
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import msgspec
 
 import danaus
 from danaus import Actor, endpoint, this_host
+from danaus.core.awake import WAIT_SPIN_US
 
 STAGES = (
     ("issue", "send-call", "the caller's proc encodes and sends the call"),
@@ -197,8 +201,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="configure the transport with home_cpus=False: every thread left to the kernel",
     )
+    parser.add_argument(
+        "--wait-spin-us",
+        type=int,
+        default=WAIT_SPIN_US,
+        help=f"configure the transport with this wait_spin_us (default {WAIT_SPIN_US})",
+    )
     args = parser.parse_args(argv)
     options: dict[str, object] = {"encrypt": False} if args.no_encrypt else {}
+    options["wait_spin_us"] = args.wait_spin_us
     if args.no_home_cpus or args.bind:
         options["home_cpus"] = False
     cpus = _two_cpus() if args.bind else None
@@ -208,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         "encrypt": not args.no_encrypt,
         "bound": args.bind,
         "home_cpus": not (args.no_home_cpus or args.bind),
+        "wait_spin_us": args.wait_spin_us,
     }
     untraced = _measure(args.transport, args.calls, args.warmup, None, cpus, **options)
     with tempfile.TemporaryDirectory() as scratch:

@@ -117,13 +117,16 @@ def test_broadcast_small_on_sim() -> None:
     assert [gather["workload"], cast["workload"]] == ["broadcast_gather", "broadcast"]
     for row, rate, unit in [(gather, "calls_per_s", "call"), (cast, "casts_per_s", "cast")]:
         assert row["procs"] == 16 and row["cast_fanout"] == 4, row
+        assert row["wait_spin_us"] is None, row
         for key in (rate, f"controller_cpu_us_per_{unit}", f"simulated_us_per_{unit}"):
             assert row[key] > 0, (key, row)
 
 
 def test_hot_path_small_bound() -> None:
     """A few round trips with each process on a CPU of its own: every stage, and the CPU spent."""
-    rows = run_benchmark("hot_path.py", "--calls", "50", "--warmup", "5", "--bind")
+    rows = run_benchmark(
+        "hot_path.py", "--calls", "50", "--warmup", "5", "--bind", "--wait-spin-us", "0"
+    )
     assert [row["workload"] for row in rows] == [
         "round_trip",
         "round_trip_traced",
@@ -131,6 +134,7 @@ def test_hot_path_small_bound() -> None:
         *["stage"] * 5,
     ]
     assert all(row["bound"] and not row["home_cpus"] for row in rows), rows
+    assert all(row["wait_spin_us"] == 0 for row in rows), rows
     assert all(row["median_us"] > 0 for row in rows if "median_us" in row), rows
     [cpu] = [row for row in rows if row["workload"] == "cpu_per_round_trip"]
     assert cpu["caller_user_us"] + cpu["caller_system_us"] > 0, cpu

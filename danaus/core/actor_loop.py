@@ -18,7 +18,7 @@ import selectors
 import threading
 from typing import Any
 
-from danaus.core import home_cpu
+from danaus.core import awake, home_cpu
 
 
 class _LockSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
@@ -62,7 +62,7 @@ class _LockSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
                     self._in_epoll = False
         if sleeps:
             wait = -1 if timeout is None else timeout
-            rung = home_cpu.wait_at_home(self._bell.acquire, True, wait)
+            rung = home_cpu.wait_at_home(awake.acquire, self._bell, wait)
         else:
             rung = self._bell.acquire(False)
         with self._mutex:

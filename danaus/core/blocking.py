@@ -25,7 +25,7 @@ from typing import Any
 
 import greenlet
 
-from danaus.core import home_cpu
+from danaus.core import awake, home_cpu
 from danaus.core.actor_loop import ActorLoop
 from danaus.core.transport import ActorRunner
 
@@ -142,7 +142,9 @@ class ThreadWaitable(asyncio.Future):  # type: ignore[type-arg]
             if self.done():
                 return self.result()
             self._sleepers.append(sleeper)
-        if not home_cpu.wait_at_home(sleeper.acquire, True, -1 if timeout is None else timeout):
+        if not home_cpu.wait_at_home(
+            awake.acquire, sleeper, -1 if timeout is None else timeout
+        ):
             with self._sleepers_lock:
                 if sleeper in self._sleepers:
                     self._sleepers.remove(sleeper)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from danaus.core.awake import MAX_WAIT_SPIN_US, WAIT_SPIN_US
 from danaus.core.faults import HostControl
 from danaus.transports.tcp.forkserver import preload_from
 from danaus.transports.tcp.limits import Limits
@@ -43,6 +44,7 @@ def configured(
     host_control: HostControl | None = None,
     preload: Sequence[str] | None = None,
     home_cpus: bool = True,
+    wait_spin_us: int = WAIT_SPIN_US,
 ) -> None:
     """Check the options of ``configure(transport="tcp", ...)``.
 
@@ -59,7 +61,9 @@ def configured(
     `danaus.transports.tcp.forkserver`). ``home_cpus`` (default True) keeps
     each proc's hand-offs between its threads on one CPU of its own, while
     the host has CPUs left (`danaus.core.home_cpu`); False leaves every thread
-    to the kernel. The limits
+    to the kernel. ``wait_spin_us`` (default 200) is how long each proc's
+    threads poll for what they wait for before they sleep (`danaus.core.awake`);
+    0: they sleep at once. The limits
     (``max_message_bytes`` and the rest) are described in
     `danaus.transports.tcp.limits`; None takes them from the environment.
     """
@@ -70,6 +74,10 @@ def configured(
     preload_from(preload)
     if not isinstance(home_cpus, bool):
         raise TypeError(f"home_cpus must be True or False, not {home_cpus!r}")
+    if not isinstance(wait_spin_us, int) or isinstance(wait_spin_us, bool):
+        raise TypeError(f"wait_spin_us must be a whole number of µs, not {wait_spin_us!r}")
+    if not 0 <= wait_spin_us <= MAX_WAIT_SPIN_US:
+        raise ValueError(f"wait_spin_us must be within 0..{MAX_WAIT_SPIN_US}, not {wait_spin_us}")
     bind_host = bind_host_from(bind_host)
     job_workers = workers_from(workers)
     if job_workers:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import msgspec
 
+from danaus.core.awake import WAIT_SPIN_US
 from danaus.core.casting import DEFAULT_FANOUT
 
 
@@ -70,6 +71,8 @@ class Bootstrap(msgspec.Struct, frozen=True):
     """The job's ``home_cpus``: whether the procs a host agent starts get home CPUs."""
     home_cpu: int | None = None
     """The CPU this proc's runtime loop thread is pinned to (`danaus.core.home_cpu`), if any."""
+    wait_spin_us: int = WAIT_SPIN_US
+    """The job's ``wait_spin_us``: how long this proc's threads poll before they sleep."""
 
     @property
     def is_host_agent(self) -> bool:

@@ -34,7 +34,7 @@ import msgspec
 import zmq
 
 from danaus import tracing
-from danaus.core import home_cpu
+from danaus.core import awake, home_cpu
 from danaus.core.agents import HOST_AGENT, PROC_AGENT, HostAgent, ProcAgent
 from danaus.core.attach import ATTACH_TIMEOUT
 from danaus.core.blocking import ActorThread
@@ -152,10 +152,12 @@ class TcpWorld(World):
         """Whether the procs this process launches get home CPUs (the job's ``home_cpus``)."""
         self.home_cpu: int | None = None
         """This proc's home CPU (`danaus.core.home_cpu`), or None: its threads go anywhere."""
+        self.wait_spin_us = awake.WAIT_SPIN_US
+        """How long this proc's threads poll before they sleep (the job's ``wait_spin_us``)."""
         self.io = IoLoop(f"danaus-io-{proc_id}")
         self.context = zmq.Context()
         """The control plane's: its zmq I/O thread, and its ZAP handler."""
-        self.loop = asyncio.SelectorEventLoop()
+        self.loop = asyncio.SelectorEventLoop(awake.AwakeSelector())
         self.zap = ZapHandler(self.context, self.io, keys)
         self.transport = self.transport_class(
             proc_id,
@@ -210,6 +212,7 @@ class TcpWorld(World):
         cast_fanout: int = DEFAULT_FANOUT,
         preload: Sequence[str] | None = None,
         home_cpus: bool = True,
+        wait_spin_us: int = awake.WAIT_SPIN_US,
         **limits: float | None,
     ) -> TcpWorld:
         """The controller's world: the root proc, the directory, and this host's agent.
@@ -226,7 +229,9 @@ class TcpWorld(World):
         (None: ``DANAUS_PRELOAD``; `danaus.transports.tcp.forkserver`).
         ``home_cpus``: each proc's runtime loop thread stays on a CPU of its own
         while there are CPUs left, and the proc's threads wait there
-        (`danaus.core.home_cpu`). ``limits`` are the options of `Limits.from_options`.
+        (`danaus.core.home_cpu`); ``wait_spin_us``: how long each proc's threads poll
+        for what they wait for before they sleep (`danaus.core.awake`). ``limits``
+        are the options of `Limits.from_options`.
         """
         # What only a controller runs is imported here, off a worker's start-up.
         from danaus.admin.service import AdminService
@@ -255,6 +260,7 @@ class TcpWorld(World):
         world.preload = preload_from(preload)
         world.home_cpus = home_cpus
         world.home_cpu = home_cpu.home_for(0) if home_cpus else None
+        world.wait_spin_us = wait_spin_us
         world.trace_file = trace_file
         if admin:
             world.admin_socket = AdminSocket(world, admin_host)
@@ -307,6 +313,7 @@ class TcpWorld(World):
         world.preload = tuple(boot.preload)
         world.home_cpus = boot.home_cpus
         world.home_cpu = boot.home_cpu
+        world.wait_spin_us = boot.wait_spin_us
         world.transport.on_control = world._worker_control
         if boot.is_host_agent:
             world.registry = RemoteRegistry(world.transport)
@@ -340,6 +347,7 @@ class TcpWorld(World):
                 "cast_fanout": self.cast_fanout,
                 "preload": list(self.preload),
                 "home_cpus": self.home_cpus,
+                "wait_spin_us": self.wait_spin_us,
                 **fields,
             }
         )
@@ -358,11 +366,14 @@ class TcpWorld(World):
             self.loop.run_forever()
         finally:
             home_cpu.unsettle()
+            awake.keep_awake(0)
 
     def _settle(self) -> None:
-        """Pin this thread, the runtime loop's, to the proc's home CPU, if it has one."""
+        """Pin this thread, the runtime loop's, to the proc's home CPU, if it has one;
+        from now on, the proc's waits poll before they sleep (`danaus.core.awake`)."""
         if self.home_cpu is not None:
             home_cpu.settle(self.home_cpu)
+        awake.keep_awake(self.wait_spin_us / 1e6)
 
     def _on_loop(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` on the runtime loop's thread and wait for its result."""

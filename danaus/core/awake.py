@@ -1,0 +1,103 @@
+"""Waiting awake: a proc's threads poll a while for what they expect before they sleep.
+
+Messages between procs arrive as wake-ups: the sender's system call wakes the
+receiver's thread, asleep in ``epoll`` or on a lock. When that thread's CPU
+had nothing else to run, the CPU went idle too, and waking an idle CPU costs
+far more than the message: an interrupt between CPUs and, in a virtual machine
+whose idle vCPUs halt, an exit to the hypervisor and a reschedule of the vCPU
+on the host. A thread that polls keeps its CPU running, and finds the message
+at once.
+
+So a proc's waits poll first, for `spin` seconds at most: its runtime loop's
+thread after a pass that handled I/O, the actor's thread between messages, a
+caller blocked in ``get()``. Between polls the thread yields its CPU
+(``sched_yield``), so that any thread ready to run there, such as the one the
+poll waits for, runs at once: on a host with more busy threads than CPUs,
+polling takes only what nobody else wants. Then the thread sleeps: a proc
+with nothing to do polls once, for `spin` seconds, not until its next message.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import threading
+import time
+from typing import Any
+
+WAIT_SPIN_US = 200
+"""The default spin, in µs: longer than a round trip between two procs of a host."""
+MAX_WAIT_SPIN_US = 100_000
+"""The longest spin a job may ask for: past that, a wait is better asleep."""
+
+_spin = 0.0
+"""How long a wait polls before it sleeps, in seconds; 0: it sleeps at once."""
+
+
+def keep_awake(seconds: float) -> None:
+    """Have this process's waits poll for ``seconds`` before they sleep (0: never)."""
+    global _spin
+    if seconds < 0:
+        raise ValueError(f"a spin cannot be negative, not {seconds!r}")
+    _spin = seconds
+
+
+def spin() -> float:
+    """How long this process's waits poll before they sleep, in seconds."""
+    return _spin
+
+
+def acquire(lock: threading.Lock, timeout: float = -1) -> bool:
+    """``lock.acquire(True, timeout)``, polled for up to the spin before it sleeps."""
+    if lock.acquire(False):
+        return True
+    spin_for = _spin if timeout < 0 else min(_spin, timeout)
+    if spin_for <= 0:
+        return lock.acquire(True, timeout)
+    start = time.perf_counter()
+    end = start + spin_for
+    while True:
+        os.sched_yield()
+        if lock.acquire(False):
+            return True
+        now = time.perf_counter()
+        if now >= end:
+            break
+    if timeout < 0:
+        return lock.acquire(True)
+    return lock.acquire(True, max(0.0, timeout - (now - start)))
+
+
+class AwakeSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+    """A selector that, after a select that found something, polls before it sleeps.
+
+    A select that found nothing (a timer's wake-up, say) is not followed by
+    polling: a proc that is idle sleeps.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._busy = False
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        spin_for = _spin if self._busy else 0.0
+        if timeout is not None:
+            spin_for = min(spin_for, timeout)
+        if spin_for > 0:
+            ready = self._poll(spin_for)
+            if ready:
+                return ready
+            if timeout is not None:
+                timeout = max(0.0, timeout - spin_for)
+        ready = super().select(timeout)
+        self._busy = bool(ready)
+        return ready
+
+    def _poll(self, seconds: float) -> list[Any]:
+        poll = super().select
+        end = time.perf_counter() + seconds
+        while True:
+            ready = poll(0)
+            if ready or time.perf_counter() >= end:
+                return ready
+            os.sched_yield()
