@@ -6,7 +6,9 @@ import contextlib
 import dataclasses
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -81,6 +83,21 @@ class Peer(Actor):
         return peer.ping.call_one().get(timeout=60)
 
 
+def wait_until_stopped(pid: int, timeout: float = 30.0) -> None:
+    """Wait until every thread of ``pid`` has stopped: a SIGSTOP stops each thread as it next
+    leaves the kernel, and a running one (a NIC answering a packet) may still act meanwhile."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = set()
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(FileNotFoundError):
+                states.add((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+        if states <= {"T", "t"}:
+            return
+        assert time.monotonic() < deadline, f"proc {pid} did not stop: its threads are {states}"
+        time.sleep(0.001)
+
+
 def two_peers() -> Peer:
     peers = this_host().spawn_procs({"w": 2}).spawn("peers", Peer)
     peers.ping.call().get(timeout=60)
@@ -109,6 +126,7 @@ def test_a_queue_pair_whose_peer_stops_answering_exceeds_its_retries(verbs):
     pid = peers.slice(w=1).ping.call_one().get(timeout=60)
     os.kill(pid, signal.SIGSTOP)
     try:
+        wait_until_stopped(pid)
         with pytest.raises(SupervisionError, match="RETRY_EXC_ERR"):
             peers.slice(w=1).ping.call_one().get(timeout=60)
         failure = failures.recv().get(timeout=60)
