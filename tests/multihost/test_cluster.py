@@ -22,6 +22,7 @@ import pytest
 
 import danaus
 from danaus import Actor, Channel, MeshFailure, context, endpoint, hosts
+from danaus.core import awake
 from danaus.rdma import RDMABuffer
 from tests.cluster import Cluster
 from tests.multihost.conftest import DETECTED, FAST, ROOT
@@ -137,17 +138,26 @@ def test_without_rdma_ucx_keeps_large_messages_between_hosts_on_tcp(namespace_cl
         danaus.shutdown()
 
 
-def test_every_hosts_fork_server_preloads_the_jobs_modules(namespace_cluster, transport):
-    options = {**namespace_cluster.controller_options(), **FAST}
+class PollingProcess(Process):
+    @endpoint
+    def spin(self) -> float:
+        return awake.spin()
+
+
+def test_every_host_takes_the_jobs_preload_and_spin(namespace_cluster, transport):
+    """Each host's fork server preloads the job's modules; each proc polls for the job's spin."""
+    options = {**namespace_cluster.controller_options(), **FAST, "wait_spin_us": 750}
     danaus.configure(transport=transport, preload=["tests.tcp.preloaded"], **options)
     try:
-        procs = hosts().spawn_procs(per_host={"gpus": 2}).spawn("p", Process)
+        procs = hosts().spawn_procs(per_host={"gpus": 2}).spawn("p", PollingProcess)
         importers = procs.importer.call("tests.tcp.preloaded").get(timeout=120).values()
         answers = list(zip(importers, procs.parent.call().get(timeout=120).values()))
+        spins = set(procs.spin.call().get(timeout=120).values())
     finally:
         danaus.shutdown()
     assert all(importer == server for importer, server in answers), answers
     assert len({server for _, server in answers}) == 3, "one fork server per host"
+    assert spins == {750 / 1e6}
 
 
 def start_members(per_host: int) -> tuple[Actor, list[tuple[dict[str, int], int, int]]]:
