@@ -23,7 +23,11 @@ import os
 import selectors
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from functools import partial
+from typing import TypeVar
+
+T = TypeVar("T")
 
 WAIT_SPIN_US = 200
 """The default spin, in µs: longer than a round trip between two procs of a host."""
@@ -49,23 +53,14 @@ def spin() -> float:
 
 def acquire(lock: threading.Lock, timeout: float = -1) -> bool:
     """``lock.acquire(True, timeout)``, polled for up to the spin before it sleeps."""
-    if lock.acquire(False):
-        return True
     spin_for = _spin if timeout < 0 else min(_spin, timeout)
     if spin_for <= 0:
         return lock.acquire(True, timeout)
     start = time.perf_counter()
-    end = start + spin_for
-    while True:
-        os.sched_yield()
-        if lock.acquire(False):
-            return True
-        now = time.perf_counter()
-        if now >= end:
-            break
-    if timeout < 0:
-        return lock.acquire(True)
-    return lock.acquire(True, max(0.0, timeout - (now - start)))
+    if _poll(partial(lock.acquire, False), spin_for):
+        return True
+    left = -1 if timeout < 0 else max(0.0, timeout - (time.perf_counter() - start))
+    return lock.acquire(True, left)
 
 
 class AwakeSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
@@ -84,7 +79,7 @@ class AwakeSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
         if timeout is not None:
             spin_for = min(spin_for, timeout)
         if spin_for > 0:
-            ready = self._poll(spin_for)
+            ready = _poll(partial(super().select, 0), spin_for)
             if ready:
                 return ready
             if timeout is not None:
@@ -93,11 +88,13 @@ class AwakeSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
         self._busy = bool(ready)
         return ready
 
-    def _poll(self, seconds: float) -> list[Any]:
-        poll = super().select
-        end = time.perf_counter() + seconds
-        while True:
-            ready = poll(0)
-            if ready or time.perf_counter() >= end:
-                return ready
-            os.sched_yield()
+
+def _poll(probe: Callable[[], T], seconds: float) -> T:
+    """``probe()`` again and again, yielding the CPU between tries, until it returns something
+    true or ``seconds`` have passed; its last result."""
+    end = time.perf_counter() + seconds
+    while True:
+        found = probe()
+        if found or time.perf_counter() >= end:
+            return found
+        os.sched_yield()
