@@ -6,7 +6,6 @@ import contextlib
 import dataclasses
 import os
 import signal
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from danaus.core import config
 from danaus.core.transport import ROOT
 from danaus.rdma import RDMABuffer, RDMAError
 from tests.conformance.test_supervision import record_root_failures
+from tests.tcp.conftest import process_state, wait_until
 
 
 @pytest.fixture
@@ -83,19 +83,11 @@ class Peer(Actor):
         return peer.ping.call_one().get(timeout=60)
 
 
-def wait_until_stopped(pid: int, timeout: float = 30.0) -> None:
-    """Wait until every thread of ``pid`` has stopped: a SIGSTOP stops each thread as it next
+def all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of ``pid`` has stopped: a SIGSTOP stops each thread as it next
     leaves the kernel, and a running one (a NIC answering a packet) may still act meanwhile."""
-    deadline = time.monotonic() + timeout
-    while True:
-        states = set()
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            with contextlib.suppress(FileNotFoundError):
-                states.add((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
-        if states <= {"T", "t"}:
-            return
-        assert time.monotonic() < deadline, f"proc {pid} did not stop: its threads are {states}"
-        time.sleep(0.001)
+    tasks = Path(f"/proc/{pid}/task").iterdir()
+    return all(process_state(int(task.name)) in ("T", "t", None) for task in tasks)
 
 
 def two_peers() -> Peer:
@@ -126,7 +118,7 @@ def test_a_queue_pair_whose_peer_stops_answering_exceeds_its_retries(verbs):
     pid = peers.slice(w=1).ping.call_one().get(timeout=60)
     os.kill(pid, signal.SIGSTOP)
     try:
-        wait_until_stopped(pid)
+        wait_until(lambda: all_threads_stopped(pid), 30, f"proc {pid} to stop")
         with pytest.raises(SupervisionError, match="RETRY_EXC_ERR"):
             peers.slice(w=1).ping.call_one().get(timeout=60)
         failure = failures.recv().get(timeout=60)
