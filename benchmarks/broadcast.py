@@ -132,9 +132,15 @@ def main(argv: list[str] | None = None) -> int:
             fanout = getattr(world, "cast_fanout", None)
             spin = getattr(world, "wait_spin_us", None)
             for line in _measure(args.transport, procs, args.casts, args.warmup):
-                info = {"transport": args.transport, "procs": procs, "casts": args.casts}
-                row = {"workload": line.pop("workload"), **info, "cast_fanout": fanout}
-                row = {**row, "wait_spin_us": spin, **line}
+                row = {
+                    "workload": line.pop("workload"),
+                    "transport": args.transport,
+                    "procs": procs,
+                    "casts": args.casts,
+                    "cast_fanout": fanout,
+                    "wait_spin_us": spin,
+                    **line,
+                }
                 print(json.dumps(row), flush=True)
         finally:
             danaus.shutdown()
