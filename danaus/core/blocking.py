@@ -104,16 +104,19 @@ def _wait_from_thread(
 
 
 class ThreadWaitable(asyncio.Future):  # type: ignore[type-arg]
-    """An asyncio future that other threads can block on: settling it wakes them at once.
+    """An asyncio future that other threads can wait on: settling it wakes them at once.
 
     A thread waits without asking the loop for anything, and the loop wakes it
-    in the very call that settles the future, not a pass later.
+    in the very call that settles the future, not a pass later. Another loop's
+    code waits the same way (`when_done`): what it gives runs in the settling
+    call, so that awaiting costs no trip through this future's loop.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(loop=loop)
         self._sleepers_lock = threading.Lock()
         self._sleepers: list[threading.Lock] = []
+        self._watchers: list[Callable[[asyncio.Future[Any]], None]] = []
 
     def set_result(self, result: Any) -> None:
         super().set_result(result)
@@ -131,8 +134,20 @@ class ThreadWaitable(asyncio.Future):  # type: ignore[type-arg]
     def _wake(self) -> None:
         with self._sleepers_lock:
             sleepers, self._sleepers = self._sleepers, []
+            watchers, self._watchers = self._watchers, []
         for sleeper in sleepers:
             sleeper.release()
+        for watcher in watchers:
+            watcher(self)
+
+    def when_done(self, watcher: Callable[[asyncio.Future[Any]], None]) -> bool:
+        """Have ``watcher(self)`` called, from the settling thread, once this is done (from any
+        thread); False if it is done already (the caller reads the outcome itself)."""
+        with self._sleepers_lock:
+            if self.done():
+                return False
+            self._watchers.append(watcher)
+        return True
 
     def wait_from_thread(self, timeout: float | None) -> Any:
         """The result, waited for from a thread other than the loop's."""

@@ -83,18 +83,28 @@ class Future(Generic[R]):
         except RuntimeError:
             raise RuntimeError("as_asyncio() needs a running asyncio event loop") from None
         target: asyncio.Future[R] = running.create_future()
+        afut = self._afut
+        if afut.done():
+            transfer_outcome(afut, target)
+            return target
         if running is self._loop:
-            self._afut.add_done_callback(lambda src: transfer_outcome(src, target))
+            afut.add_done_callback(lambda src: transfer_outcome(src, target))
             return target
 
         def forward(src: asyncio.Future[R]) -> None:
             with contextlib.suppress(RuntimeError):  # that loop has closed: nobody can await target
                 running.call_soon_threadsafe(transfer_outcome, src, target)
 
-        self._loop.call_soon_threadsafe(self._afut.add_done_callback, forward)
+        if isinstance(afut, ThreadWaitable):
+            if not afut.when_done(forward):
+                transfer_outcome(afut, target)
+        else:
+            self._loop.call_soon_threadsafe(afut.add_done_callback, forward)
         return target
 
     def __await__(self) -> Generator[Any, None, R]:
+        if self._afut.done():
+            return self._afut.result()
         if asyncio.get_running_loop() is self._loop:
             return (yield from self._afut.__await__())
         return (yield from self.as_asyncio().__await__())

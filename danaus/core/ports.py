@@ -9,6 +9,7 @@ their own with `Channel.open`.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -211,30 +212,49 @@ class FoldHandler(ReplyHandler):
 
 
 class QueueHandler(PortHandler):
-    """A user `Channel`: messages queue until received."""
+    """A user `Channel`: messages queue until received.
+
+    Messages that arrive while nobody waits are queued as they came, and
+    unpickled by whoever receives them, on the receiver's thread: an actor that
+    falls behind a flood of messages leaves the work of reading them to its own
+    thread, not to the proc's loop, which every actor of the proc shares. A
+    receiver that finds a message queued takes it without going through the
+    loop; one that finds none leaves a future for the loop to settle.
+    """
 
     def __init__(self, once: bool) -> None:
         self.once = once
-        self.queue: deque[tuple[int, Any, BaseException | None]] = deque()
-        self.waiters: deque[tuple[asyncio.Future[Any], bool]] = deque()
+        self._lock = threading.Lock()
+        """Guards the queue and the waiters: the loop's thread delivers, receivers take."""
+        self._queue: deque[tuple[int, list[Buffer], bool]] = deque()
+        self._waiters: deque[tuple[asyncio.Future[Any], bool]] = deque()
 
     def deliver(self, rank: int, payload: list[Buffer], error: bool) -> None:
-        value, exc = decode(payload, error, _a_port_message)
-        while self.waiters and self.waiters[0][0].done():
-            self.waiters.popleft()
-        if self.waiters:
-            _hand_over(*self.waiters.popleft(), rank, value, exc)
-        else:
-            self.queue.append((rank, value, exc))
+        with self._lock:
+            while self._waiters and self._waiters[0][0].done():
+                self._waiters.popleft()
+            waiter = self._waiters.popleft() if self._waiters else None
+            if waiter is None:
+                self._queue.append((rank, payload, error))
+        if waiter is not None:
+            _hand_over(*waiter, rank, *decode(payload, error, _a_port_message))
         if self.once:
             self.close()
 
-    def wait(self, afut: asyncio.Future[Any], ranked: bool) -> None:
-        """Settle ``afut`` with the next message; ``ranked``: as ``(sender's rank, value)``."""
-        if self.queue:
-            _hand_over(afut, ranked, *self.queue.popleft())
-        else:
-            self.waiters.append((afut, ranked))
+    def take_or_wait(self, afut: asyncio.Future[Any], ranked: bool) -> None:
+        """Settle ``afut`` with the next message (``ranked``: as ``(sender's rank, value)``):
+        now, on the caller's thread, if one is queued, else once one arrives.
+
+        Settling a future that was made for this call, before anyone could add a
+        callback to it, needs nothing of its loop, so any thread may do it.
+        """
+        with self._lock:
+            item = self._queue.popleft() if self._queue else None
+            if item is None:
+                self._waiters.append((afut, ranked))
+        if item is not None:
+            rank, payload, error = item
+            _hand_over(afut, ranked, rank, *decode(payload, error, _a_port_message))
 
 
 def _hand_over(
@@ -306,7 +326,7 @@ class PortReceiver(Generic[R]):
     def recv(self) -> Future[R]:
         """A future of the next value (raises if the sender sent an exception)."""
         afut, future = new_future(self._runtime.loop)
-        self._runtime.on_loop(self._handler.wait, afut, self._ranked)
+        self._handler.take_or_wait(afut, self._ranked)
         return future
 
     def ranked(self) -> PortReceiver[tuple[int, Any]]:
