@@ -7,6 +7,8 @@ holding one of the structs below (validated by msgspec on decode).
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 from danaus.core.transport import ProcLoss
@@ -95,6 +97,24 @@ class Signal(msgspec.Struct, tag="signal", array_like=True):
     signal: int
 
 
+class Check(msgspec.Struct, tag="check", array_like=True):
+    """To a host agent: does ``proc``, one of the procs it started, still run?"""
+
+    proc: str
+
+
+ProcessState = Literal["runs", "ending", "halted"]
+"""What a launcher sees of a proc's process: it runs (and uses CPU), it is ending (it was asked
+to exit), or it is halted: paused, gone, or wedged with every thread asleep."""
+
+
+class Running(msgspec.Struct, tag="running", array_like=True):
+    """A host agent's answer to `Check`."""
+
+    proc: str
+    state: ProcessState
+
+
 class Output(msgspec.Struct, tag="output", array_like=True):
     """Lines a proc on another host wrote to its stdout (``stream`` 1) or stderr (2)."""
 
@@ -103,7 +123,20 @@ class Output(msgspec.Struct, tag="output", array_like=True):
 
 
 Control = (
-    Hello | Where | At | Watch | Lost | Ping | Pong | Exit | Hosting | Exited | Signal | Output
+    Hello
+    | Where
+    | At
+    | Watch
+    | Lost
+    | Ping
+    | Pong
+    | Exit
+    | Hosting
+    | Exited
+    | Signal
+    | Check
+    | Running
+    | Output
 )
 
 _encoder = msgspec.msgpack.Encoder()

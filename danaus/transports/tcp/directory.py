@@ -5,9 +5,15 @@ It lives on the controller's I/O thread. Procs register when they start
 (`Watch`). The directory learns of losses from the launchers (a process
 exited: noticed at once through a pidfd, by the controller's own launcher or
 by the host agent of another host, which reports it with `Exited`) and from
-heartbeats (a process that stops answering for ``heartbeat_timeout`` seconds
+heartbeats: a process that stops answering for ``heartbeat_timeout`` seconds
 is declared lost and killed, so it cannot come back as a zombie member of the
-job).
+job, unless the launcher that started it sees it run. Heartbeats are answered
+by Python, and a proc whose code holds the interpreter's lock for seconds (a
+long call into C, the import of a large library) cannot answer meanwhile:
+such a proc is busy, not lost. Its launcher (this process's own, or the host
+agent's on another host, asked with `Check`) tells a running process from one
+that is paused, gone, or wedged with every thread asleep, by its state and
+the CPU time it uses.
 
 It also knows which host agent starts each proc (`Hosting`, sent before the
 agent is asked to), so that a host that vanishes (its agent killed, its link
@@ -36,6 +42,8 @@ class _Entry:
     pid: int
     host: str
     last_heard: float = field(default_factory=time.monotonic)
+    busy_since: float | None = None
+    """When its launcher first vouched that it runs though it did not answer (None: it answers)."""
 
 
 class Directory:
@@ -49,12 +57,15 @@ class Directory:
         heartbeat_interval: float,
         heartbeat_timeout: float,
         kill: Callable[[str, int], None],
+        process_state: Callable[[str], control.ProcessState | None],
     ) -> None:
         self._send = send
         self._io = io
         self._interval = heartbeat_interval
         self._timeout = heartbeat_timeout
         self._kill = kill
+        self._process_state = process_state
+        """Asks this process's launcher what a proc it started does (None: not its child)."""
         self._entries: dict[str, _Entry] = {}
         self._lookups: dict[str, dict[str, None]] = {}
         self._watchers: dict[str, dict[str, None]] = {}
@@ -85,9 +96,9 @@ class Directory:
         elif isinstance(message, control.Watch):
             self._watch(src, message.proc)
         elif isinstance(message, control.Pong):
-            entry = self._entries.get(src)
-            if entry is not None:
-                entry.last_heard = time.monotonic()
+            self._answered(src)
+        elif isinstance(message, control.Running):
+            self._vouched(src, message.proc, message.state)
         elif isinstance(message, control.Hosting):
             self.hosting(message.agent, message.procs)
         elif isinstance(message, control.Exited):
@@ -218,14 +229,27 @@ class Directory:
         entry = self._entries.get(proc)
         return entry.address if entry is not None else None
 
+    def _answered(self, proc: str) -> None:
+        entry = self._entries.get(proc)
+        if entry is None:
+            return
+        entry.last_heard = time.monotonic()
+        if entry.busy_since is not None:
+            log.info(
+                "directory: %s answers heartbeats again after %.1f s",
+                proc,
+                entry.last_heard - entry.busy_since + self._timeout,
+            )
+            entry.busy_since = None
+
     def _heartbeat(self) -> None:
         now = time.monotonic()
         self._ping += 1
         for proc, entry in list(self._entries.items()):
             if proc in self._losses or entry.last_heard == float("inf"):
                 continue
+            self._send(proc, control.Ping(self._ping))
             if now - entry.last_heard <= self._timeout:
-                self._send(proc, control.Ping(self._ping))
                 continue
             agent = self._agent_of.get(proc)
             host = self._entries.get(agent) if agent is not None else None
@@ -238,8 +262,37 @@ class Directory:
             ):
                 self._silent(agent, host)  # type: ignore[arg-type]
             if proc not in self._losses:
-                self._silent(proc, entry)
+                self._check(proc, entry)
         self._io.call_later(self._interval, self._heartbeat)
+
+    def _check(self, proc: str, entry: _Entry) -> None:
+        """``proc`` has not answered for the timeout: ask its launcher whether it runs."""
+        agent = self._agent_of.get(proc, ROOT)
+        if agent == ROOT:
+            self._vouched(ROOT, proc, self._process_state(proc) or "halted")
+        else:
+            # The answer comes as `Running`; an agent that gives none is silent itself,
+            # and then its host is lost with every proc on it.
+            self._send(agent, control.Check(proc))
+
+    def _vouched(self, launcher: str, proc: str, state: control.ProcessState) -> None:
+        """The launcher of ``proc`` says what its process does."""
+        entry = self._entries.get(proc)
+        if entry is None or time.monotonic() - entry.last_heard <= self._timeout:
+            return
+        if self._agent_of.get(proc, ROOT) != launcher:
+            log.error("directory: %s vouched for %s, which it did not start", launcher, proc)
+            return
+        if state == "halted":
+            self._silent(proc, entry)
+        elif state == "runs" and entry.busy_since is None:
+            entry.busy_since = time.monotonic()
+            log.warning(
+                "directory: %s has not answered heartbeats for %g s, but its process runs: "
+                "its code holds the interpreter (a long call into C, a large import?)",
+                proc,
+                self._timeout,
+            )
 
     def _silent(self, proc: str, entry: _Entry) -> None:
         """``proc`` stopped answering: kill it (it must not come back) and declare it lost."""

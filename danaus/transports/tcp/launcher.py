@@ -39,6 +39,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Protocol, TypeVar
 
+import psutil
+
 from danaus.core import home_cpu
 from danaus.core.logs import LoggingOptions, OutputAggregator
 from danaus.core.transport import Launcher, ProcLoss, ProcSpec
@@ -88,6 +90,9 @@ class _Child:
     stderr_tail: list[str] = field(default_factory=list)
     partial: dict[int, bytes] = field(default_factory=dict)
     exited: Settle | None = None
+    cpu_seen: float = -1.0
+    """The CPU time the process had used when `LocalLauncher.process_state` last looked (-1:
+    never)."""
 
     def outputs(self) -> tuple[tuple[IO[bytes], int], ...]:
         """The worker's stdout and stderr pipes, each with the stream it is copied to."""
@@ -349,6 +354,34 @@ class LocalLauncher(Launcher):
             with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(child.pidfd, sig)
 
+    def process_state(self, proc: str) -> control.ProcessState | None:
+        """What ``proc``'s process is doing (I/O thread); None if this launcher did not start it.
+
+        It runs if it exists, is not stopped, and has used CPU since it was last
+        asked (the first time, if it exists and is not stopped): a proc whose
+        threads are starved of the interpreter's lock (a long call into C that
+        holds it, a large import) answers no heartbeat meanwhile, yet runs; one
+        that is paused, or wedged with every thread asleep, uses no CPU.
+        """
+        child = self._children.get(proc)
+        if child is None:
+            return None
+        if child.exited is not None:
+            return "ending"
+        try:
+            process = psutil.Process(child.pid)
+            with process.oneshot():
+                status = process.status()
+                times = process.cpu_times()
+        except psutil.Error:
+            return "halted"
+        if status in _HALTED:
+            return "halted"
+        used = times.user + times.system
+        progressed = used > child.cpu_seen
+        child.cpu_seen = used
+        return "runs" if progressed else "halted"
+
     def kill_all(self) -> None:
         for proc in list(self._children):
             self.kill(proc)
@@ -432,6 +465,12 @@ class LocalLauncher(Launcher):
 
     def _write(self, stream: int, text: str) -> None:
         self.world.output(stream, text)
+
+
+_HALTED = frozenset(
+    {psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD}
+)
+"""Process states in which a proc does not run (paused, or ended and not yet reaped)."""
 
 
 def _hand_over(stdin: IO[bytes], bootstrap: Bootstrap) -> None:

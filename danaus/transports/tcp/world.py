@@ -270,6 +270,7 @@ class TcpWorld(World):
             heartbeat_interval=heartbeat_interval,
             heartbeat_timeout=heartbeat_timeout,
             kill=world.launcher.kill,
+            process_state=world.launcher.process_state,
         )
         world.registry = world.directory
         world.transport.directory = world.directory
@@ -398,9 +399,7 @@ class TcpWorld(World):
         if self.host_agent == self.proc_id:
             agents[HOST_AGENT] = HostAgent
         self._runtime = self._make_runtime(agents)
-        hello = control.Hello(self.transport.address, os.getpid(), self.host)
-        self.io.call_soon(self.transport.send_control, ROOT, hello)
-        self.io.call_soon(self.io.call_later, self.heartbeat_interval, self._check_controller)
+        self.io.call_soon(self._greet)
         self._settle()
         try:
             self.loop.run_forever()
@@ -424,6 +423,9 @@ class TcpWorld(World):
             self.loop.call_soon_threadsafe(self.loop.stop)
         elif isinstance(message, control.Signal) and self.host_agent == self.proc_id:
             self.launcher.kill(message.proc, message.signal)
+        elif isinstance(message, control.Check) and self.host_agent == self.proc_id:
+            state = self.launcher.process_state(message.proc) or "halted"
+            self.transport.send_control(ROOT, control.Running(message.proc, state))
         else:
             log.error("proc %s: unexpected %s from %s", self.proc_id, type(message).__name__, src)
 
@@ -432,6 +434,14 @@ class TcpWorld(World):
             self.output(message.stream, message.text)
         else:
             self.directory.handle(src, message)
+
+    def _greet(self) -> None:
+        """Register with the directory, and expect its heartbeats from now on (I/O thread):
+        none came before, however long the proc took to start."""
+        self._last_ping = time.monotonic()
+        hello = control.Hello(self.transport.address, os.getpid(), self.host)
+        self.transport.send_control(ROOT, hello)
+        self.io.call_later(self.heartbeat_interval, self._check_controller)
 
     def _check_controller(self) -> None:
         silent = time.monotonic() - self._last_ping
