@@ -47,6 +47,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from danaus.transports import challenge
+from danaus.transports.deadlines import within
 from danaus.transports.tcp import ring
 from danaus.transports.tcp.buffers import BufferCache, allocate
 from danaus.transports.tcp.limits import Limits
@@ -372,7 +373,7 @@ class StreamPlane:
         """Admit ``conn`` once its peer has proved it belongs to the job."""
         timeout = self.limits.handshake_timeout
         try:
-            exchange, shared = await asyncio.wait_for(self._check_peer(conn), timeout)
+            exchange, shared = await within(self._check_peer(conn), timeout)
         except asyncio.TimeoutError:
             self._refuse(conn, peer, f"no answer to the challenge within {timeout:g} s")
             return
@@ -559,7 +560,7 @@ class Outbound:
                 family = socket.AF_INET6 if ":" in host else socket.AF_INET
                 sock = _tuned(socket.socket(family, socket.SOCK_STREAM))
             try:
-                exchange, shared = await asyncio.wait_for(
+                exchange, shared = await within(
                     self._prove(sock, host, port), plane.limits.handshake_timeout
                 )
                 break

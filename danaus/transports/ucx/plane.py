@@ -47,6 +47,7 @@ import ucxx
 
 from danaus.core import home_cpu
 from danaus.transports import challenge
+from danaus.transports.deadlines import within
 from danaus.transports.tcp.buffers import BufferCache
 from danaus.transports.tcp.limits import Limits
 from danaus.transports.tcp.refusals import RefusalLog
@@ -257,7 +258,7 @@ class UcxPlane:
                     host, int(port), connect_timeout=self._limits.handshake_timeout
                 )
                 self._endpoints.append(endpoint)
-                await asyncio.wait_for(self._prove(endpoint), self._limits.handshake_timeout)
+                await within(self._prove(endpoint), self._limits.handshake_timeout)
                 return endpoint
             except (asyncio.CancelledError, challenge.HandshakeError):
                 raise
@@ -316,7 +317,7 @@ class UcxPlane:
             return
         self._strangers += 1
         try:
-            src = await asyncio.wait_for(self._challenge(endpoint), self._limits.handshake_timeout)
+            src = await within(self._challenge(endpoint), self._limits.handshake_timeout)
         except asyncio.TimeoutError:
             self._refuse(
                 endpoint,
