@@ -27,6 +27,10 @@ def spin(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
         real_yield()
 
     monkeypatch.setattr(awake.os, "sched_yield", counted_yield)
+    # These tests are about polling itself: a yield slowed by whatever else runs on the machine
+    # must not pause it.
+    monkeypatch.setattr(awake, "CONTENDED", float("inf"))
+    monkeypatch.setattr(awake, "_quiet_until", 0.0)
     awake.keep_awake(0.05)
     try:
         yield yields
@@ -72,6 +76,87 @@ def test_a_wait_shorter_than_the_spin_only_polls(spin: list[int]) -> None:
     lock.acquire()
     assert not awake.acquire(lock, 0.01)
     assert spin[0] > 0
+
+
+class _Clock:
+    """``time`` for `awake`: its ``perf_counter`` moves only when a yield runs another thread."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+class _NeverFree:
+    """A lock no poll takes; a blocking wait gets it at once (it stands for the sleep)."""
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return blocking
+
+
+def test_polling_pauses_while_the_cpu_is_wanted_elsewhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = _Clock()
+    yields: list[float] = []
+
+    def busy_yield() -> None:
+        """Each yield runs another thread for a millisecond: the CPU has no time to spare."""
+        yields.append(clock.now)
+        clock.now += 0.001
+
+    monkeypatch.setattr(awake, "time", clock)
+    monkeypatch.setattr(awake.os, "sched_yield", busy_yield)
+    monkeypatch.setattr(awake, "_quiet_until", 0.0)
+    monkeypatch.setattr(awake, "_backoff", awake.BACKOFF)
+    awake.keep_awake(0.05)
+    try:
+        lock = _NeverFree()
+        assert awake.acquire(lock, 30)  # type: ignore[arg-type]
+        assert len(yields) == 1  # the first late yield ends the poll
+        clock.now += awake.BACKOFF / 2
+        assert awake.acquire(lock, 30)  # type: ignore[arg-type]
+        assert len(yields) == 1  # paused: the wait sleeps at once
+        clock.now += awake.BACKOFF
+        assert awake.acquire(lock, 30)  # type: ignore[arg-type]
+        assert len(yields) == 2  # polls again, finds the CPU wanted again
+        clock.now += 1.5 * awake.BACKOFF
+        assert awake.acquire(lock, 30)  # type: ignore[arg-type]
+        assert len(yields) == 2  # the pause has doubled
+        clock.now += awake.BACKOFF
+        assert awake.acquire(lock, 30)  # type: ignore[arg-type]
+        assert len(yields) == 3
+    finally:
+        awake.keep_awake(0)
+
+
+def test_polling_resumes_at_full_length_once_yields_come_back_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = _Clock()
+    yields: list[float] = []
+    busy = [True]
+
+    def yield_() -> None:
+        yields.append(clock.now)
+        clock.now += 0.001 if busy[0] else 1e-6
+
+    monkeypatch.setattr(awake, "time", clock)
+    monkeypatch.setattr(awake.os, "sched_yield", yield_)
+    monkeypatch.setattr(awake, "_quiet_until", 0.0)
+    monkeypatch.setattr(awake, "_backoff", awake.BACKOFF)
+    awake.keep_awake(0.001)
+    try:
+        lock = _NeverFree()
+        awake.acquire(lock, 30)  # type: ignore[arg-type]
+        clock.now += 10 * awake.BACKOFF
+        busy[0] = False
+        awake.acquire(lock, 30)  # type: ignore[arg-type]
+        assert len(yields) > 100  # a whole spin of quick yields
+        assert awake._backoff == awake.BACKOFF
+    finally:
+        awake.keep_awake(0)
 
 
 def test_without_a_spin_a_wait_never_polls(monkeypatch: pytest.MonkeyPatch) -> None:

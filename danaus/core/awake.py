@@ -15,6 +15,14 @@ caller blocked in ``get()``. Between polls the thread yields its CPU
 poll waits for, runs at once: on a host with more busy threads than CPUs,
 polling takes only what nobody else wants. Then the thread sleeps: a proc
 with nothing to do polls once, for `spin` seconds, not until its next message.
+
+Polling pays only while the host has a CPU to spare. A yield that comes back
+late (after `CONTENDED` seconds) ran someone else's work: a busy thread of
+another process on that CPU, or one of this proc's threads that wanted the
+interpreter's lock. Every poll of the proc then stops, and none starts for a
+while (`BACKOFF`, doubled while it keeps happening, up to `MAX_BACKOFF`): on a
+host whose CPUs all compute, a proc's waits sleep at once, as they would with
+no polling at all.
 """
 
 from __future__ import annotations
@@ -34,8 +42,20 @@ WAIT_SPIN_US = 200
 MAX_WAIT_SPIN_US = 100_000
 """The longest spin a job may ask for: past that, a wait is better asleep."""
 
+CONTENDED = 50e-6
+"""Seconds after which a yield is taken to have run another thread's work: a yield that finds
+nothing else to run returns in a microsecond or two."""
+BACKOFF = 0.01
+"""Seconds during which no wait polls, after a poll found the CPU wanted elsewhere."""
+MAX_BACKOFF = 1.0
+"""The longest pause in polling, reached while every poll keeps finding its CPU wanted."""
+
 _spin = 0.0
 """How long a wait polls before it sleeps, in seconds; 0: it sleeps at once."""
+_quiet_until = 0.0
+"""Until when (``time.perf_counter``) no wait of this process polls."""
+_backoff = BACKOFF
+"""The next pause in polling, should a poll find its CPU wanted again."""
 
 
 def keep_awake(seconds: float) -> None:
@@ -79,11 +99,12 @@ class AwakeSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
         if timeout is not None:
             spin_for = min(spin_for, timeout)
         if spin_for > 0:
+            start = time.perf_counter()
             ready = _poll(partial(super().select, 0), spin_for)
             if ready:
                 return ready
             if timeout is not None:
-                timeout = max(0.0, timeout - spin_for)
+                timeout = max(0.0, timeout - (time.perf_counter() - start))
         ready = super().select(timeout)
         self._busy = bool(ready)
         return ready
@@ -91,10 +112,25 @@ class AwakeSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
 
 def _poll(probe: Callable[[], T], seconds: float) -> T:
     """``probe()`` again and again, yielding the CPU between tries, until it returns something
-    true or ``seconds`` have passed; its last result."""
-    end = time.perf_counter() + seconds
+    true or ``seconds`` have passed; its last result. Once only while polling pauses, and
+    the last try if a yield finds the CPU wanted elsewhere (see the module docstring)."""
+    global _quiet_until, _backoff
+    now = time.perf_counter()
+    if now < _quiet_until:
+        return probe()
+    end = now + seconds
     while True:
         found = probe()
-        if found or time.perf_counter() >= end:
+        if found:
+            _backoff = BACKOFF
+            return found
+        before = time.perf_counter()
+        if before >= end:
+            _backoff = BACKOFF
             return found
         os.sched_yield()
+        after = time.perf_counter()
+        if after - before > CONTENDED:
+            _quiet_until = after + _backoff
+            _backoff = min(2 * _backoff, MAX_BACKOFF)
+            return probe()
