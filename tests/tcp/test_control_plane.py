@@ -54,9 +54,13 @@ class Holder(Actor):
 
 def test_a_proc_whose_code_holds_the_interpreter_past_the_heartbeat_timeout_lives(tcp):
     """No heartbeat is answered while a call into C holds the interpreter's lock, but the
-    process runs: it is busy, not lost."""
+    process runs: it is busy, not lost, and the heartbeats it could not read meanwhile are
+    no silence of the controller's. Each hold is a new chance for a heartbeat to arrive while
+    the proc's I/O thread waits for the lock, hence several, on several procs."""
     tcp(heartbeat_interval=0.1, heartbeat_timeout=0.5)
-    holder = this_host().spawn_procs().spawn("holder", Holder)
-    assert holder.hold_interpreter.call_one(1.5).get(timeout=120) >= 1.5
-    assert holder.ok.call_one().get(timeout=10) == "ok"
+    holders = this_host().spawn_procs({"h": 2}).spawn("holder", Holder)
+    for _ in range(3):
+        held = holders.hold_interpreter.call(1.5).get(timeout=120)
+        assert min(held.values()) >= 1.5
+    assert set(holders.ok.call().get(timeout=10).values()) == {"ok"}
 

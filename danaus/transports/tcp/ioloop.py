@@ -24,6 +24,9 @@ import zmq
 
 log = logging.getLogger("danaus.io")
 
+STALL = 0.1
+"""Seconds a poll may come back late before this thread takes it for a stall of its own."""
+
 Handler = Callable[[], None]
 Settle = Callable[[BaseException | None], None]
 """Ends an operation: with None when it succeeded, else with its error."""
@@ -89,7 +92,7 @@ class IoLoop:
             elif self._timers:
                 timeout = max(0.0, self._timers[0][0] - time.monotonic()) * 1000
             try:
-                ready = self._poller.poll(timeout)
+                ready = self._poll(timeout)
             except zmq.ZMQError as exc:
                 if exc.errno == zmq.ETERM:
                     return
@@ -107,6 +110,21 @@ class IoLoop:
                     self._guard(handler)
             self._run_calls()
             self._run_timers()
+
+    def _poll(self, timeout: float | None) -> list[tuple[Any, int]]:
+        """What is ready, polled for at most ``timeout`` ms.
+
+        A poll that returns takes the interpreter's lock back, and another thread
+        may hold it for seconds (a long call into C, a large import): what arrives
+        meanwhile is not in the answer, and a timer run after it would find, say,
+        heartbeats missing that are only unread. So after a poll that came back
+        late, this thread looks again before it runs anything.
+        """
+        start = time.monotonic()
+        ready = self._poller.poll(timeout)
+        if timeout is not None and time.monotonic() - start > timeout / 1000 + STALL:
+            ready = self._poller.poll(0)
+        return ready
 
     def _run_calls(self) -> None:
         for _ in range(len(self._calls)):

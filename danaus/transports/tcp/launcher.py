@@ -91,8 +91,10 @@ class _Child:
     partial: dict[int, bytes] = field(default_factory=dict)
     exited: Settle | None = None
     cpu_seen: float = -1.0
-    """The CPU time the process had used when `LocalLauncher.process_state` last looked (-1:
-    never)."""
+    """The CPU time the process had used when `LocalLauncher.process_state` last saw it grow
+    (-1: never looked)."""
+    cpu_seen_at: float = 0.0
+    """When that was (``time.monotonic``)."""
 
     def outputs(self) -> tuple[tuple[IO[bytes], int], ...]:
         """The worker's stdout and stderr pipes, each with the stream it is copied to."""
@@ -357,11 +359,12 @@ class LocalLauncher(Launcher):
     def process_state(self, proc: str) -> control.ProcessState | None:
         """What ``proc``'s process is doing (I/O thread); None if this launcher did not start it.
 
-        It runs if it exists, is not stopped, and has used CPU since it was last
-        asked (the first time, if it exists and is not stopped): a proc whose
-        threads are starved of the interpreter's lock (a long call into C that
-        holds it, a large import) answers no heartbeat meanwhile, yet runs; one
-        that is paused, or wedged with every thread asleep, uses no CPU.
+        It runs if it exists, is not stopped, and uses CPU: a proc whose threads
+        are starved of the interpreter's lock (a long call into C that holds it,
+        a large import) answers no heartbeat meanwhile, yet runs; one that is
+        paused, or wedged with every thread asleep, uses none. The kernel counts
+        CPU time in ticks of 10 ms, so a process is taken to use none only once it
+        has gained no tick for `IDLE_WINDOW` seconds.
         """
         child = self._children.get(proc)
         if child is None:
@@ -378,9 +381,11 @@ class LocalLauncher(Launcher):
         if status in _HALTED:
             return "halted"
         used = times.user + times.system
-        progressed = used > child.cpu_seen
-        child.cpu_seen = used
-        return "runs" if progressed else "halted"
+        now = time.monotonic()
+        if used > child.cpu_seen:
+            child.cpu_seen, child.cpu_seen_at = used, now
+            return "runs"
+        return "halted" if now - child.cpu_seen_at >= IDLE_WINDOW else "runs"
 
     def kill_all(self) -> None:
         for proc in list(self._children):
@@ -467,6 +472,8 @@ class LocalLauncher(Launcher):
         self.world.output(stream, text)
 
 
+IDLE_WINDOW = 1.0
+"""Seconds without a tick of CPU time after which a process that answers nothing is wedged."""
 _HALTED = frozenset(
     {psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD}
 )

@@ -185,7 +185,10 @@ class TcpWorld(World):
         self._runtime: Runtime | None = None
         self._loop_thread: threading.Thread | None = None
         self._closed = False
-        self._last_ping = time.monotonic()
+        self._silence = 0.0
+        """Seconds this proc's I/O thread has been awake since the controller's last heartbeat."""
+        self._last_check = 0.0
+        """When `_check_controller` last ran (``time.monotonic``)."""
         self.admin: AdminService | None = None
         """What `danaus top` and `danaus debug` ask (the controller only)."""
         self.admin_socket: AdminSocket | None = None
@@ -417,7 +420,7 @@ class TcpWorld(World):
 
     def _worker_control(self, src: str, message: control.Control) -> None:
         if isinstance(message, control.Ping):
-            self._last_ping = time.monotonic()
+            self._silence = 0.0
             self.transport.send_control(ROOT, control.Pong(message.seq))
         elif isinstance(message, control.Exit):
             self.loop.call_soon_threadsafe(self.loop.stop)
@@ -438,15 +441,27 @@ class TcpWorld(World):
     def _greet(self) -> None:
         """Register with the directory, and expect its heartbeats from now on (I/O thread):
         none came before, however long the proc took to start."""
-        self._last_ping = time.monotonic()
+        self._silence = 0.0
+        self._last_check = time.monotonic()
         hello = control.Hello(self.transport.address, os.getpid(), self.host)
         self.transport.send_control(ROOT, hello)
         self.io.call_later(self.heartbeat_interval, self._check_controller)
 
     def _check_controller(self) -> None:
-        silent = time.monotonic() - self._last_ping
-        if silent > self.heartbeat_timeout:
-            log.error("proc %s: controller silent for %.1f s; exiting", self.proc_id, silent)
+        """End this proc if the controller has been silent for the heartbeat timeout.
+
+        Silence is counted in time this thread was awake to hear: a check that
+        runs late (another thread held the interpreter's lock, the host had no
+        CPU to spare) counts for two intervals at most, since heartbeats that came
+        meanwhile may not be read yet.
+        """
+        now = time.monotonic()
+        self._silence += min(now - self._last_check, 2 * self.heartbeat_interval)
+        self._last_check = now
+        if self._silence > self.heartbeat_timeout:
+            log.error(
+                "proc %s: controller silent for %.1f s; exiting", self.proc_id, self._silence
+            )
             self.exit_now(70)
         self.io.call_later(self.heartbeat_interval, self._check_controller)
 
