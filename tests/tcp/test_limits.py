@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 import danaus
@@ -58,24 +60,56 @@ def test_unencrypted_jobs_are_refused_off_loopback(bind_host):
 
 
 def test_refusals_are_logged_once_per_address_per_interval(caplog):
+    """The first refusal from an address at once; the count of the rest when the interval
+    ends, on a timer, even if no refusal comes after them."""
     now = [0.0]
-    refusals = RefusalLog(interval=60, capacity=2, clock=lambda: now[0])
+    timers: list[tuple[float, Callable[[], None]]] = []
+    refusals = RefusalLog(
+        lambda delay, flush: timers.append((now[0] + delay, flush)),
+        interval=60,
+        capacity=2,
+        clock=lambda: now[0],
+    )
+
+    def run_timers(until: float) -> None:
+        now[0] = until
+        for when, flush in sorted(timers, key=lambda timer: timer[0]):
+            if when <= until:
+                timers.remove((when, flush))
+                flush()
+
     for _ in range(5):
-        refusals.refused("proc p", "10.0.0.1", "its key is not the job's")
-    refusals.refused("proc p", "10.0.0.2", "garbage")
-    now[0] = 61
+        refusals.refused("proc p", "10.0.0.1", "garbage")
     refusals.refused("proc p", "10.0.0.1", "its key is not the job's")
-    lines = [r.getMessage() for r in caplog.records]
-    assert lines == [
-        "proc p refused a connection from 10.0.0.1: its key is not the job's",
+    refusals.refused("proc p", "10.0.0.2", "garbage")
+    assert [r.getMessage() for r in caplog.records] == [
+        "proc p refused a connection from 10.0.0.1: garbage",
         "proc p refused a connection from 10.0.0.2: garbage",
-        "proc p refused a connection from 10.0.0.1: its key is not the job's"
-        " (4 more from it in the last 60 s)",
     ]
-    for address in ("10.0.0.3", "10.0.0.4"):  # past the capacity: 10.0.0.1 is forgotten
-        refusals.refused("proc p", address, "garbage")
-    refusals.refused("proc p", "10.0.0.1", "garbage")
-    assert caplog.records[-1].getMessage() == "proc p refused a connection from 10.0.0.1: garbage"
+    assert len(timers) == 1
+    run_timers(60)
+    assert caplog.records[-1].getMessage() == (
+        "proc p refused 5 more connections from 10.0.0.1 in the last 60 s "
+        "(the last: its key is not the job's)"
+    )
+    refusals.refused("proc p", "10.0.0.1", "garbage")  # a new interval, begun at 60
+    run_timers(119)
+    assert len(caplog.records) == 3
+    run_timers(120)
+    assert caplog.records[-1].getMessage() == (
+        "proc p refused 1 more connections from 10.0.0.1 in the last 60 s (the last: garbage)"
+    )
+    run_timers(200)
+    assert len(caplog.records) == 4  # a quiet interval logs nothing
+    refusals.refused("proc p", "10.0.0.2", "garbage")
+    refusals.refused("proc p", "10.0.0.2", "garbage")
+    refusals.refused("proc p", "10.0.0.3", "garbage")  # past the capacity: 10.0.0.1 is forgotten
+    refusals.refused("proc p", "10.0.0.4", "garbage")  # and then 10.0.0.2, with its count
+    assert [r.getMessage() for r in caplog.records[-3:]] == [
+        "proc p refused a connection from 10.0.0.3: garbage",
+        "proc p refused a connection from 10.0.0.4: garbage",
+        "proc p refused 1 more connections from 10.0.0.2 in the last 0 s (the last: garbage)",
+    ]
 
 
 def test_a_launch_the_process_limit_would_cut_short_is_refused_before_any_starts(monkeypatch):
