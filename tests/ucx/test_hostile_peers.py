@@ -255,3 +255,24 @@ def test_floods_of_silent_connections_are_cut_logged_and_leak_no_descriptor(targ
         for line in refusals(first)
     )
     assert list(mesh.echo.call(2).get(timeout=30).values()) == [2, 2]
+
+
+def test_a_ucx_peer_that_never_exchanges_peer_information_is_refused_by_name(target):
+    """A UCX-level connection that stops before ucxx's exchange of peer information: ucxx
+    alone would log a traceback of its own; the proc logs a refusal with its address."""
+    _, first, _, address = target
+    host, port = address.rsplit(":", 1)
+
+    async def mute() -> object:
+        context = ucxx.core._get_ctx()
+        context.continuous_ucx_progress()
+        return ucxx._lib.libucxx.UCXEndpoint.create(context.worker, host, int(port), True)
+
+    endpoint = on_ucx(mute())
+    try:
+        wait_until(lambda: refusals(first), 3 * TIMEOUT, "the refusal logged")
+    finally:
+        endpoint.close_blocking(period=10**9, max_attempts=1)
+    [line] = refusals(first)
+    assert "refused a connection from 127.0.0.1: it did not prove itself within" in line
+    assert first.echo.call_one(7).get(timeout=30) == 7
