@@ -11,6 +11,9 @@ A stranger gets this far and no further:
   listener's port (psutil) and shuts down, at the socket, those that arrived
   on another address, those beyond ``max_pending_handshakes`` and those older
   than ``handshake_timeout``; UCX then sees its peer gone and closes them.
+  Asking the kernel for the connections costs milliseconds (it lists every
+  TCP socket of the network namespace), so a sweep asks only if the process
+  holds a socket it did not hold at the last one, or one was waiting.
 - A connection request becomes an endpoint at once (the listener's own
   handler, not ucxx's, so that the door learns its peer's address before
   anything is exchanged), then exchanges ucxx's peer information and answers
@@ -117,6 +120,8 @@ class Door:
         self._raw_since: dict[Peer, float] = {}
         """Accepted TCP connections that are no connection request yet, and since when."""
         self._sweeping: asyncio.TimerHandle | None = None
+        self._sockets: set[str] = set()
+        """This process's sockets at the last sweep."""
 
     def open(self) -> int:
         """Listen, on the job's address only; the port."""
@@ -226,6 +231,10 @@ class Door:
     def _sweep(self) -> None:
         """Shut down the accepted connections that may not wait any longer (see the module)."""
         self._sweeping = self._loop.call_later(self._sweep_interval, self._sweep)
+        sockets, held = _sockets(), self._sockets
+        self._sockets = sockets
+        if sockets <= held and not self._raw_since:
+            return  # no connection came in since the last sweep, and none was waiting
         now = time.monotonic()
         present = self._connections()
         self._known -= self._ended - present.keys()
@@ -254,7 +263,7 @@ class Door:
     def _connections(self) -> dict[Peer, tuple[int, str]]:
         """This process's TCP connections at the listener's port: peer -> (fd, local ip)."""
         found = {}
-        for connection in psutil.Process().net_connections("tcp"):
+        for connection in psutil.Process().net_connections("tcp4"):
             if (
                 connection.fd >= 0
                 and connection.raddr
@@ -264,6 +273,19 @@ class Door:
                 peer = (connection.raddr.ip, connection.raddr.port)
                 found[peer] = (connection.fd, connection.laddr.ip)
         return found
+
+
+def _sockets() -> set[str]:
+    """The sockets this process holds (``socket:[inode]``, as /proc names them)."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith("socket:"):
+            found.add(target)
+    return found
 
 
 def _cut(fd: int, peer: Peer, port: int) -> bool:
