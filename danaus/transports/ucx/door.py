@@ -172,15 +172,17 @@ class Door:
 
     async def _admit(self, arrival: _Arrival) -> None:
         peer = arrival.peer
-        if peer is None:  # the sweep could not tell it from a stranger's connection
-            self._refuse(arrival, "UCX could not tell where it came from")
-            return
-        self._known.add(peer)
         try:
-            await self._admit_known(arrival)
+            if peer is None:  # the sweep could not tell it from a stranger's connection
+                self._refuse(arrival, "UCX could not tell where it came from")
+                return
+            self._known.add(peer)
+            try:
+                await self._admit_known(arrival)
+            finally:
+                self._ended.add(peer)
         finally:
             self._arrivals.discard(arrival)
-            self._ended.add(peer)
 
     async def _admit_known(self, arrival: _Arrival) -> None:
         local = arrival.local[0] if arrival.local is not None else None
