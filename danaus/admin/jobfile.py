@@ -7,7 +7,11 @@ the only way to the key: it lives in a directory only its user can enter
 ``~/.danaus/jobs``; made with mode 0700) and is itself readable by its user
 only (0600). A tool refuses a directory or file that others could read or
 write, or that another user owns. The controller removes its file when it
-shuts down; files of controllers that died are skipped and removed.
+shuts down or is ended by SIGTERM or SIGINT (`danaus.admin.signals`). A
+controller killed otherwise leaves it behind, so whenever a tool looks for
+jobs (`danaus top`, `danaus debug`) it removes the files of controllers on
+this host that are gone: no process has the file's pid, or the one that has
+it started at another time (the pid was reused).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import stat
 from pathlib import Path
 
 import msgspec
+import psutil
 
 ENVIRONMENT = "DANAUS_JOBS_DIR"
 
@@ -36,6 +41,8 @@ class JobFile(msgspec.Struct, frozen=True):
     started: float
     argv: list[str]
     transport: str
+    pid_started: float = 0.0
+    """When the controller's process started (psutil's create_time; 0: not recorded)."""
 
 
 def jobs_dir() -> Path:
@@ -88,17 +95,22 @@ def read(path: Path) -> JobFile:
         raise ValueError(f"{path} is not a Danaus job file: {exc}") from None
 
 
+def process_started(pid: int) -> float:
+    """When process ``pid`` started (seconds since the epoch, as psutil reads it)."""
+    return float(psutil.Process(pid).create_time())
+
+
 def alive(job: JobFile) -> bool:
     """Whether the job's controller still runs (always True for one on another host)."""
     if job.host != socket.gethostname():
         return True
     try:
-        os.kill(job.pid, 0)
-    except ProcessLookupError:
+        started = process_started(job.pid)
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
+    except psutil.Error:
         return True
-    return True
+    return not job.pid_started or abs(started - job.pid_started) < 0.01
 
 
 def running() -> list[tuple[Path, JobFile]]:
@@ -113,15 +125,23 @@ def running() -> list[tuple[Path, JobFile]]:
         if alive(job):
             found.append((path, job))
         else:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+            _remove(path)
     return sorted(found, key=lambda item: item[1].started, reverse=True)
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
 
 
 def find(selector: str | None = None) -> JobFile:
     """The job named by ``selector`` (a controller's pid or a job file), else the newest one."""
     if selector is not None and Path(selector).is_file():
-        return read(Path(selector))
+        job = read(Path(selector))
+        if not alive(job):
+            _remove(Path(selector))
+            raise LookupError(f"the controller of {selector} (pid {job.pid}) has ended")
+        return job
     jobs = running()
     if selector is not None:
         jobs = [(p, j) for p, j in jobs if str(j.pid) == selector]

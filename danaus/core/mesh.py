@@ -169,8 +169,8 @@ class HostMesh(_Mesh):
         limit = runtime.world.max_procs_per_host
         if count > limit:
             raise ValueError(
-                f"spawn_procs asks for {count} procs per host, more than the limit of {limit} "
-                "(max_procs_per_host, a configure() option)"
+                f"spawn_procs asks for {count} procs per host, more than the {limit} a host "
+                "may run (max_procs_per_host, a configure() option)"
             )
         if bootstrap is not None and not callable(bootstrap):
             raise TypeError(f"bootstrap must be a function each proc runs, not {bootstrap!r}")

@@ -259,7 +259,9 @@ class World(ABC):
     """How many procs a cast's sender, and each proc that passes it on, sends it to at most
     (`danaus.core.casting`; set by ``configure(cast_fanout=...)`` or ``DANAUS_CAST_FANOUT``)."""
     max_procs_per_host: int = 1024
-    """The most procs one ``spawn_procs`` may ask of each host (checked before anything starts)."""
+    """The most procs of the job a host runs at once: a ``spawn_procs`` asking more of each
+    host is refused before anything starts, and each host refuses a request that would take
+    the procs it runs beyond it."""
     sites: Sites | None = None
     """The live fault sites of a chaos run on this world, if any."""
     fault_hook: FaultHook | None = None

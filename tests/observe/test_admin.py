@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
+import socket
 import stat
 import subprocess
 
@@ -18,7 +20,7 @@ from danaus.admin.model import TopModel
 from danaus.admin.views import ActorView, FailureView, JobView, ProcView
 from danaus.transports.tcp.admin import AdminClient
 from danaus.transports.tcp.security import JobKeys
-from tests.observe.conftest import PYTHON, wait_for
+from tests.observe.conftest import PYTHON, program, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -264,3 +266,83 @@ def test_the_tools_say_so_when_no_job_runs(job_env):
             timeout=60,
         )
         assert done.returncode == 1 and "no Danaus job running" in done.stderr, done.stderr
+
+
+SIGNALLED = """
+import os, signal, sys, time
+import danaus
+from danaus import this_host
+
+if sys.argv[1] == "handler":
+    def handler(signum, frame):
+        print("the program's own handler", flush=True)
+        sys.exit(3)
+
+    signal.signal(signal.SIGTERM, handler)
+danaus.configure(transport="tcp")
+this_host().spawn_procs(per_host={"w": 1}).initialized.get(timeout=60)
+print("ready", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.parametrize(
+    ("how", "signum", "code", "printed"),
+    [
+        ("default", signal.SIGTERM, -signal.SIGTERM, ""),
+        ("handler", signal.SIGTERM, 3, "the program's own handler"),
+        ("default", signal.SIGINT, 1, "KeyboardInterrupt"),
+    ],
+)
+def test_a_controller_ended_by_a_signal_takes_its_job_file_along(
+    job_env, tmp_path, how, signum, code, printed
+):
+    """The file holds the admin key: SIGTERM and SIGINT remove it, then do what they would
+    have done (end the process, run the program's handler, raise KeyboardInterrupt)."""
+    jobs = tmp_path / "jobs"
+    script = program(tmp_path, SIGNALLED)
+    controller = subprocess.Popen(
+        [PYTHON, script, how],
+        env=job_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert controller.stdout.readline().strip() == "ready"
+        [job_file] = list(jobs.glob("*.job"))
+        controller.send_signal(signum)
+        output = controller.communicate(timeout=30)[0]
+    finally:
+        controller.kill()
+    assert controller.returncode == code, output
+    assert printed in output
+    assert not job_file.exists()
+
+
+def test_the_tools_sweep_job_files_whose_controller_is_gone(job_env, monkeypatch):
+    """Gone: no process has the pid, or the process that has it started at another time."""
+    monkeypatch.setenv("DANAUS_JOBS_DIR", job_env["DANAUS_JOBS_DIR"])
+    ended = subprocess.run([PYTHON, "-c", "import os; print(os.getpid())"], capture_output=True)
+    me = jobfile.JobFile(
+        pid=os.getpid(),
+        host=socket.gethostname(),
+        address="tcp://127.0.0.1:1",
+        public_key="",
+        secret_key="",
+        started=0.0,
+        argv=[],
+        transport="tcp",
+        pid_started=jobfile.process_started(os.getpid()),
+    )
+    live = jobfile.write(me)
+    dead = jobfile.write(msgspec.structs.replace(me, pid=int(ended.stdout)))
+    reused = jobfile.write(msgspec.structs.replace(me, pid=os.getppid(), pid_started=1.0))
+    assert [path for path, _ in jobfile.running()] == [live]
+    assert not dead.exists() and not reused.exists()
+    with pytest.raises(LookupError, match="has ended"):
+        jobfile.find(
+            str(jobfile.write(msgspec.structs.replace(me, pid=os.getppid(), pid_started=1.0)))
+        )
+    assert list(live.parent.glob("*.job")) == [live]

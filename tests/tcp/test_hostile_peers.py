@@ -8,13 +8,16 @@ import logging
 import os
 import socket
 import struct
+import threading
 import time
+from collections.abc import Callable
 
 import pytest
 import zmq
 
 from danaus import Actor, context, endpoint, this_host
 from danaus.transports import challenge
+from danaus.transports.tcp import handshakes
 from danaus.transports.tcp.handshakes import HandshakeMonitor
 from danaus.transports.tcp.ioloop import IoLoop
 from danaus.transports.tcp.limits import Limits, MiB
@@ -176,10 +179,11 @@ def lone_router():
     ctx = zmq.Context()
     ZapHandler(ctx, io, keys)
     router = bind_router(ctx, keys, "127.0.0.1", limits)
-    monitor = HandshakeMonitor(router, io, RefusalLog(interval=0), "proc test")
+    refusals = RefusalLog(io.call_later_threadsafe, interval=0)
+    monitor = HandshakeMonitor(router, io, refusals, "proc test")
     io.start()
     try:
-        yield keys, router.last_endpoint.decode()
+        yield keys, router.last_endpoint.decode(), io
     finally:
         io.call_soon(monitor.close)
         io.stop()
@@ -203,7 +207,7 @@ def _stranger_key(dealer: zmq.Socket, server: bytes) -> None:
 
 
 def test_every_kind_of_refusal_is_logged_with_the_peer_address(lone_router, caplog):
-    keys, address = lone_router
+    keys, address, _ = lone_router
     caplog.set_level(logging.WARNING, logger="danaus.security")
     ctx = zmq.Context()
 
@@ -220,7 +224,9 @@ def test_every_kind_of_refusal_is_logged_with_the_peer_address(lone_router, capl
                 return any(reason in line for line in refusals()[before:])
 
             wait_until(logged, 10, f"a refusal for {reason!r}")
-        assert not named or all("from 127.0.0.1" in line for line in refusals()[before:])
+        assert not named or all("from 127.0.0.1" in line for line in refusals()[before:]), (
+            refusals()[before:]
+        )
 
     def dealer(setup):
         return lambda stack: stack.callback(_dealer(ctx, address, setup).close, 0)
@@ -251,3 +257,40 @@ def test_every_kind_of_refusal_is_logged_with_the_peer_address(lone_router, capl
         assert len(refusals()) == before + 1, "a member's connection was taken for a refusal"
     finally:
         ctx.destroy(linger=0)
+
+
+def test_a_peer_gone_before_its_refusal_is_read_is_named_even_after_a_flood(lone_router, caplog):
+    """A flood of controllers with another key from one address leaves its ended
+    connections in the kernel's table; one more, from another address, closed before the
+    monitor reads of it, is still named, not logged as unknown."""
+    _, address, io = lone_router
+    caplog.set_level(logging.WARNING, logger="danaus.security")
+    port = int(address.rsplit(":", 1)[1])
+
+    def refusals() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+
+    def wrong_key(source: str) -> zmq.Socket:
+        at = f"tcp://{source}:0;127.0.0.1:{port}"
+        return _dealer(ctx, at, lambda d: _stranger_key(d, zmq.curve_keypair()[0]))
+
+    def ended(source: str) -> Callable[[], bool]:
+        return lambda: any(host == source for host, _ in handshakes._closing_connections(port))
+
+    ctx = zmq.Context()
+    held = threading.Event()
+    try:
+        flood = [wrong_key("127.0.0.1") for _ in range(20)]
+        wait_until(lambda: len(refusals()) >= 20, 10, "the flood refused")
+        assert ended("127.0.0.1")(), "the flood left no ended connection in the kernel's table"
+        io.call_soon(held.wait, 10)  # the monitor reads of the next one only once it ended
+        late = wrong_key("127.0.0.2")
+        wait_until(ended("127.0.0.2"), 10, "the last controller's connection closed")
+    finally:
+        held.set()
+    for dealer in [*flood, late]:
+        dealer.close(0)
+    ctx.destroy(linger=0)
+    wait_until(lambda: len(refusals()) > 20, 10, "its refusal logged")
+    named = "refused a connection from 127.0.0.2: its key is not the job's"
+    assert any(named in line for line in refusals()[20:]), refusals()[20:]

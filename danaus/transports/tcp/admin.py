@@ -7,7 +7,9 @@ offers (`danaus.admin.protocol`, msgpack, never pickles) and cannot pass for a
 member of the job. The keypair reaches tools through the job file
 (`danaus.admin.jobfile`), readable by the job's user only. The socket listens
 on loopback unless ``admin_host`` says otherwise, traffic is encrypted, and
-refused handshakes are logged like those of the job's own sockets.
+refused handshakes are logged like those of the job's own sockets. The file
+goes when the controller shuts down, or is ended by SIGTERM or SIGINT
+(`danaus.admin.signals`).
 
 Requests arrive on the I/O thread, are answered on the runtime loop
 (`danaus.admin.service`) and the answers go back from the I/O thread. Each
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING
 import zmq
 
 from danaus.admin import jobfile, protocol
+from danaus.admin.signals import RemoveOnSignal
 from danaus.transports.tcp.handshakes import HandshakeMonitor
 from danaus.transports.tcp.security import JobKeys, ZapHandler
 from danaus.transports.tcp.sockets import bind_router
@@ -60,12 +63,14 @@ class AdminSocket:
             self._router, world.io, world.transport.refusals, f"the admin socket of {world.proc_id}"
         )
         self.job_file: Path | None = None
+        self._on_signal: RemoveOnSignal | None = None
         world.io.add_reader(self._router, self._readable)
 
     def publish(self) -> None:
         """Write the job file, so that tools on this host find the job."""
         job = jobfile.JobFile(
             pid=os.getpid(),
+            pid_started=jobfile.process_started(os.getpid()),
             host=socket.gethostname(),
             address=self.address,
             public_key=self.keys.public.decode(),
@@ -78,9 +83,14 @@ class AdminSocket:
             self.job_file = jobfile.write(job)
         except OSError as exc:
             log.warning("danaus top and danaus debug cannot find this job: %s", exc)
+        else:
+            self._on_signal = RemoveOnSignal(self.job_file)
 
     def close(self) -> None:
         """Remove the job file and close the socket (from any thread)."""
+        if self._on_signal is not None:
+            self._on_signal.uninstall()
+            self._on_signal = None
         if self.job_file is not None:
             with contextlib.suppress(FileNotFoundError):
                 self.job_file.unlink()

@@ -12,10 +12,13 @@ disconnects before its handshake succeeded is a refusal too.
 libzmq (4.3) names no descriptor in ``HANDSHAKE_SUCCEEDED``; a success is
 credited to the oldest connection still in its handshake, which is exact
 unless a stranger's handshake overlaps a member's. Nor does it name the peer:
-its address is asked of the descriptor when ``ACCEPTED`` is read, and if
-libzmq has closed it already (a refusal can take microseconds), of the
-kernel's table of connections to the socket's port that are closing; a peer
-that hangs up itself that fast may leave no trace, and is logged as unknown.
+its address is asked of the descriptor when ``ACCEPTED`` is read (`Peers`).
+If libzmq has closed it already (a refusal can take microseconds), the
+kernel still lists the connection, ending, among those to the socket's port:
+the one listed there that no earlier connection accounts for is this one, so
+its address is kept even after a flood from elsewhere. Where several hosts
+could be the peer, all are named; only a peer that hung up first that fast
+leaves no trace, and is logged as unknown.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import errno
 import os
 import socket
 from collections import OrderedDict
+from collections.abc import Callable
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -56,23 +60,69 @@ def _reason(event: int, value: int) -> str:
     return f"it left during the handshake ({errno.errorcode.get(value, value)})"
 
 
-_CLOSING = {"04", "05", "06", "07", "08", "09", "0B"}
-"""States of a TCP connection that is ending (FIN_WAIT1 ... CLOSING), as /proc/net/tcp has them."""
+_CLOSING = {"04", "05", "06", "07", "09", "0B"}
+"""States of a TCP connection whose descriptor is closed (FIN_WAIT1, FIN_WAIT2, TIME_WAIT,
+CLOSE, LAST_ACK, CLOSING), as /proc/net/tcp has them. Not CLOSE_WAIT: the peer has hung up,
+but the descriptor is open, and names its peer itself."""
 
 
-def _peer(fd: int, port: int) -> str | None:
-    """The host at the other end of descriptor ``fd``, which may be closed already."""
-    try:
-        with socket.socket(fileno=os.dup(fd)) as peer:
-            return str(peer.getpeername()[0])
-    except (OSError, IndexError, TypeError):
-        hosts = _closing_peers(port)
-        return hosts.pop() if len(hosts) == 1 else None
+ACCOUNTED = 8192
+"""Peers' (address, port) kept as accounted for: more than a minute of a flood's refusals,
+as long as the kernel lists an ended connection (TIME_WAIT)."""
+
+Endpoint = tuple[str, int]
+ClosingTable = Callable[[int], set[Endpoint]]
 
 
-def _closing_peers(port: int) -> set[str]:
-    """Hosts whose connections to local ``port`` are ending (from /proc/net/tcp and tcp6)."""
-    hosts: set[str] = set()
+class Peers:
+    """The host at the other end of each connection a socket accepted (the I/O thread)."""
+
+    def __init__(self, port: int, closing: ClosingTable | None = None) -> None:
+        self._port = port
+        self._closing = closing or _closing_connections
+        self._accounted: OrderedDict[Endpoint, None] = OrderedDict()
+        """Peers' (address, port) already named, by their descriptor or by the table."""
+        self._table: set[Endpoint] | None = None
+        """The kernel's ending connections, read at most once per batch of events."""
+
+    def new_batch(self) -> None:
+        """Events read together may share one reading of the kernel's table."""
+        self._table = None
+
+    def of(self, fd: int) -> str | None:
+        """The host at the other end of accepted descriptor ``fd``, which may be closed."""
+        try:
+            with socket.socket(fileno=os.dup(fd)) as peer:
+                host, port = peer.getpeername()[:2]
+                if peer.getsockname()[1] != self._port:
+                    raise ValueError("the number names another socket now")
+        except (OSError, ValueError, TypeError):
+            return self._of_closed()
+        self._account((str(host), int(port)))
+        return str(host)
+
+    def _of_closed(self) -> str | None:
+        if self._table is None:
+            self._table = self._closing(self._port)
+        fresh = sorted(self._table.difference(self._accounted))
+        # None fresh: on loopback a new connection may take over the address and port of
+        # one accounted for that the kernel still lists (tcp_tw_reuse).
+        hosts = sorted({host for host, _ in fresh or self._table})
+        if len(hosts) != 1:
+            return f"one of {', '.join(hosts)}" if hosts else None
+        if fresh:
+            self._account(fresh[0])
+        return hosts[0]
+
+    def _account(self, peer: Endpoint) -> None:
+        self._accounted[peer] = None
+        while len(self._accounted) > ACCOUNTED:
+            self._accounted.popitem(last=False)
+
+
+def _closing_connections(port: int) -> set[Endpoint]:
+    """Peers of connections to local ``port`` whose descriptor is closed (/proc/net/tcp, tcp6)."""
+    found: set[Endpoint] = set()
     for table, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
         try:
             with open(table) as rows:
@@ -81,10 +131,11 @@ def _closing_peers(port: int) -> set[str]:
                     fields = row.split()
                     local, remote, state = fields[1], fields[2], fields[3]
                     if state in _CLOSING and int(local.rsplit(":", 1)[1], 16) == port:
-                        hosts.add(_host(remote.rsplit(":", 1)[0], family))
+                        host, remote_port = remote.rsplit(":", 1)
+                        found.add((_host(host, family), int(remote_port, 16)))
         except (OSError, ValueError, IndexError):
             continue
-    return hosts
+    return found
 
 
 def _host(hex_address: str, family: int) -> str:
@@ -100,7 +151,7 @@ class HandshakeMonitor:
 
     def __init__(self, sock: zmq.Socket, io: IoLoop, refusals: RefusalLog, where: str) -> None:
         self._monitor = sock.get_monitor_socket(_EVENTS)
-        self._port = int(sock.last_endpoint.decode().rsplit(":", 1)[1])
+        self._peers = Peers(int(sock.last_endpoint.decode().rsplit(":", 1)[1]))
         self._io = io
         self._refusals = refusals
         self._where = where
@@ -111,6 +162,7 @@ class HandshakeMonitor:
         io.call_soon(io.add_reader, self._monitor, self._readable)
 
     def _readable(self) -> None:
+        self._peers.new_batch()
         while True:
             try:
                 event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
@@ -121,7 +173,7 @@ class HandshakeMonitor:
     def observe(self, event: int, value: int) -> None:
         """One monitor event: ``value`` is a descriptor, an error code or a ZAP status."""
         if event == zmq.EVENT_ACCEPTED:
-            self._pending[value] = _peer(value, self._port)
+            self._pending[value] = self._peers.of(value)
         elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
             if self._pending:
                 self._pending.popitem(last=False)

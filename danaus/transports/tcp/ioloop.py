@@ -76,6 +76,10 @@ class IoLoop:
         """Run ``fn()`` after ``delay`` seconds. Call from the I/O thread only."""
         heapq.heappush(self._timers, (time.monotonic() + delay, next(self._timer_ids), fn))
 
+    def call_later_threadsafe(self, delay: float, fn: Callable[[], Any]) -> None:
+        """Run ``fn()`` after ``delay`` seconds. Thread-safe."""
+        self.call_soon(self.call_later, delay, fn)
+
     def stop(self, timeout: float = 2.0) -> None:
         def halt() -> None:
             self._running = False

@@ -47,6 +47,7 @@ from danaus.core.transport import Launcher, ProcLoss, ProcSpec
 from danaus.progress import Progress
 from danaus.transports.tcp import control
 from danaus.transports.tcp.allocator import proc_environment
+from danaus.transports.tcp.budget import ProcBudget
 from danaus.transports.tcp.forkserver import POOL, ForkServer
 from danaus.transports.tcp.ioloop import Settle, settler
 
@@ -148,6 +149,8 @@ class LocalLauncher(Launcher):
         self._forks_tried = False
         self._launched = itertools.count(1)
         """Numbers the procs started here, for their home CPUs (0 is this process's own)."""
+        self.budget = ProcBudget(world.host, world.limits.max_procs_per_host)
+        """The procs started here that have not ended, and whether more fit."""
         self._starter = _Starter(f"danaus-start-{world.proc_id}")
         self._output = {
             stream: OutputAggregator(
@@ -204,8 +207,15 @@ class LocalLauncher(Launcher):
             self.world.io.call_soon(aggregator.set_options, list(procs), options)
 
     async def launch(self, specs: Sequence[ProcSpec]) -> None:
-        _check_process_limit(len(specs))
+        try:
+            _check_process_limit(len(specs))
+            self.budget.admit(spec.proc_id for spec in specs)
+        except RuntimeError as refusal:
+            self._not_started(specs, refusal)
+            raise
         waits = self._each(self._starter.call_soon, self._start, specs)
+        for spec, wait in zip(specs, waits):
+            wait.add_done_callback(functools.partial(self._up, spec.proc_id))
         with Progress(f"starting {len(specs)} procs", len(specs)) as progress:
             for wait in waits:
                 wait.add_done_callback(lambda _: progress.advance())
@@ -215,6 +225,15 @@ class LocalLauncher(Launcher):
                 for spec in specs:
                     self.world.io.call_soon(self.kill, spec.proc_id)
                 raise RuntimeError(f"procs did not start within {STARTUP_TIMEOUT:g} s") from None
+
+    def _not_started(self, specs: Sequence[ProcSpec], refusal: RuntimeError) -> None:
+        """Report the procs of a refused request lost, so that nothing waits for them."""
+        for spec in specs:
+            loss = ProcLoss(spec.proc_id, f"was not started: {refusal}", host=spec.host)
+            self.world.io.call_soon(self.world.registry.lost, loss)
+
+    def _up(self, proc: str, _: asyncio.Future[None]) -> None:
+        self.budget.started(proc)
 
     async def stop(self, procs: Sequence[str], timeout: float) -> None:
         waits = self._each(self.world.io.call_soon, self._ask_exit, procs)
@@ -301,6 +320,7 @@ class LocalLauncher(Launcher):
             )
         except OSError as exc:
             loss = ProcLoss(spec.proc_id, f"could not be started ({exc})", host=spec.host)
+            self.budget.ended(spec.proc_id)
             world.io.call_soon(world.registry.lost, loss)
             started(RuntimeError(loss.describe()))
             return
@@ -421,6 +441,7 @@ class LocalLauncher(Launcher):
         io.remove_reader(child.pidfd)
         os.close(child.pidfd)
         self._children.pop(child.spec.proc_id, None)
+        self.budget.ended(child.spec.proc_id)
         for pipe, stream in child.outputs():
             self._drain(child, pipe, stream)
             io.remove_reader(pipe.fileno())

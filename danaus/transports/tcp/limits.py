@@ -5,7 +5,9 @@ stranger may make a proc hold at most ``frame_bytes`` per connection, for at
 most ``handshake_timeout`` seconds; on ucx at most ``max_pending_handshakes``
 strangers are heard at once. After it has proved itself, a message may hold at
 most ``max_message_bytes``, checked before anything is allocated for it. A
-program may start at most ``max_procs_per_host`` procs per host in one request.
+host runs at most ``max_procs_per_host`` procs of a job at once, whichever
+requests started them, and no more than its memory holds
+(`danaus.transports.tcp.budget`).
 
 Each limit is a ``configure(transport="tcp"/"ucx", ...)`` option, else the
 environment variable named in `ENVIRONMENT`, else its default. Workers get the
@@ -50,7 +52,7 @@ class Limits(msgspec.Struct, frozen=True):
     max_pending_handshakes: int = 64
     """Connections (ucx) that may be proving themselves at once; more are refused."""
     max_procs_per_host: int = 1024
-    """Most procs one ``spawn_procs`` may start on each host (the host's own limit applies too)."""
+    """Most procs of the job that each host runs at once (its memory may allow fewer)."""
 
     @property
     def chunk_bytes(self) -> int:

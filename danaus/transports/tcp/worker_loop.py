@@ -77,7 +77,9 @@ class WorkerLoop:
         self._zap = ZapHandler(self._context, self._io, keys)
         self._router = hostlink.listen(self._context, keys, ip, port)
         self.address = self._router.last_endpoint.decode()
-        self._monitor = HandshakeMonitor(self._router, self._io, RefusalLog(), f"worker {name}")
+        self._monitor = HandshakeMonitor(
+            self._router, self._io, RefusalLog(self._io.call_later_threadsafe), f"worker {name}"
+        )
         self._agent: _Agent | None = None
         self._spare: subprocess.Popen[bytes] | None = None
         """The next host agent's process, started ahead of time (waiting for its bootstrap)."""

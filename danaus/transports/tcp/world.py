@@ -168,7 +168,7 @@ class TcpWorld(World):
             self.loop,
             bind_host=bind_host,
             limits=limits,
-            refusals=RefusalLog(),
+            refusals=RefusalLog(self.io.call_later_threadsafe),
             controller_address=controller_address,
         )
         self.controller_address = controller_address or self.transport.address.control

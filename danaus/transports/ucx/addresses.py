@@ -43,15 +43,15 @@ def _address(raw: bytes, at: int) -> tuple[str, int] | None:
     return None
 
 
-def endpoint_addresses(endpoint: Any) -> tuple[tuple[str, int] | None, tuple[str, int] | None]:
-    """(local, remote) ``(host, port)`` of a ucxx endpoint made by a listener, or None each."""
+def endpoint_addresses(handle: int) -> tuple[tuple[str, int] | None, tuple[str, int] | None]:
+    """(local, remote) ``(host, port)`` of the UCP endpoint ``handle`` (None each if unknown)."""
     lib = _ucp()
     if lib is None:
         return None, None
     attr = ctypes.create_string_buffer(_ATTR_BYTES)
     struct.pack_into("Q", attr, 0, _LOCAL_SOCKADDR | _REMOTE_SOCKADDR)
     try:
-        if lib.ucp_ep_query(ctypes.c_void_p(endpoint.ucp_endpoint), attr) != 0:
+        if lib.ucp_ep_query(ctypes.c_void_p(handle), attr) != 0:
             return None, None
     except Exception:
         return None, None

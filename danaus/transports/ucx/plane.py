@@ -6,14 +6,12 @@ challenge of `danaus.transports.challenge`: fixed-size messages read into
 buffers of exactly their size, under a deadline (``handshake_timeout``), with
 at most ``max_pending_handshakes`` strangers heard at once. Nothing a stranger
 sends is trusted for a size or a count, and frames from a connection that fails
-the challenge are never read. Refusals are logged, rate-limited per address.
-Once a peer is a member, each message is a header of frame sizes, checked
-against the limits before anything is allocated (`danaus.transports.ucx.framing`).
-
-ucxx's listener listens on every interface (its Python API takes no address),
-so a connection that arrives on another address than the job's bind address
-is closed before anything is read from it; UCX's own sockets are kept to the
-job's device by `danaus.transports.ucx.devices`.
+the challenge are never read. The listener and the strangers at it are the
+door's (`danaus.transports.ucx.door`: kept to the job's address, refusals
+logged); UCX's own sockets are kept to the job's device by
+`danaus.transports.ucx.devices`. Once a peer is a member, each message is a
+header of frame sizes, checked against the limits before anything is allocated
+(`danaus.transports.ucx.framing`).
 
 Messages to one peer go out one at a time from one queue, over one endpoint,
 so they arrive in the order sent. A connection that fails before it carried
@@ -35,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import ipaddress
 import logging
 import os
 import threading
@@ -53,7 +50,7 @@ from danaus.transports.tcp.limits import Limits
 from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.tcp.streams import KEPT_BYTES
 from danaus.transports.ucx import framing
-from danaus.transports.ucx.addresses import endpoint_addresses
+from danaus.transports.ucx.door import Door
 
 log = logging.getLogger("danaus.ucx")
 
@@ -175,27 +172,32 @@ class UcxPlane:
         self._addresses: dict[str, str] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._endpoints: list[Any] = []
-        self._handlers: set[asyncio.Task[Any]] = set()
-        self._strangers = 0
-        """Accepted connections still proving themselves."""
+        """The endpoints this plane connected."""
         self._stopping = False
         self._draining = False
         self._ucx = _UcxLoop.shared()
         self.loop = self._ucx.loop
-        self._listener: Any = None
+        self._door: Door | None = None
         self._listening: Future[str] = Future()
         self.loop.call_soon_threadsafe(self._listen)
 
     def _listen(self) -> None:
         try:
-            self._listener = ucxx.create_listener(
-                self._accept, connect_timeout=self._limits.handshake_timeout
+            door = Door(
+                f"proc {self._proc.decode()} (ucx)",
+                self._secret,
+                self._bind_host,
+                self._limits,
+                self._refusals,
+                self._serve,
             )
+            port = door.open()
         except Exception as exc:
             log.error("ucx: proc %s cannot listen: %r", self._proc.decode(), exc)
             self._listening.set_exception(exc)
         else:
-            self._listening.set_result(f"{self._bind_host}:{self._listener.port}")
+            self._door = door
+            self._listening.set_result(f"{self._bind_host}:{port}")
 
     def listening(self) -> Future[str]:
         """This plane's address (``host:port``), once its listener listens (from any thread)."""
@@ -296,57 +298,6 @@ class UcxPlane:
 
     # ---- receiving --------------------------------------------------------------------
 
-    async def _accept(self, endpoint: Any) -> None:
-        handler = asyncio.current_task()
-        if handler is not None:
-            self._handlers.add(handler)
-            handler.add_done_callback(self._handlers.discard)
-        self._endpoints.append(endpoint)
-        local, remote = endpoint_addresses(endpoint)
-        peer = remote[0] if remote else None
-        if not _arrived_on(local, self._bind_host):
-            self._refuse(endpoint, peer, f"it arrived on {local}, not on {self._bind_host}")
-            return
-        if self._strangers >= self._limits.max_pending_handshakes:
-            self._refuse(
-                endpoint,
-                peer,
-                f"{self._strangers} connections are already proving themselves "
-                "(max_pending_handshakes)",
-            )
-            return
-        self._strangers += 1
-        try:
-            src = await within(self._challenge(endpoint), self._limits.handshake_timeout)
-        except asyncio.TimeoutError:
-            self._refuse(
-                endpoint,
-                peer,
-                f"no answer to the challenge within {self._limits.handshake_timeout:g} s",
-            )
-            return
-        except Exception as exc:
-            self._refuse(endpoint, peer, str(exc) or repr(exc))
-            return
-        finally:
-            self._strangers -= 1
-        await self._serve(endpoint, src)
-
-    def _refuse(self, endpoint: Any, peer: str | None, reason: str) -> None:
-        self._refusals.refused(f"proc {self._proc.decode()} (ucx)", peer, reason)
-        endpoint.abort()
-
-    async def _challenge(self, endpoint: Any) -> str:
-        """The id of the proc at the other end, once it has proved it belongs to the job."""
-        own = challenge.Ephemeral()
-        greeting = challenge.greeting(own)
-        await endpoint.send(greeting)
-        answer = bytearray(challenge.ANSWER_BYTES)
-        await endpoint.recv(answer)
-        exchange, welcome = challenge.check_answer(self._secret, answer, greeting, own)
-        await endpoint.send(welcome)
-        return exchange.proc
-
     async def _serve(self, endpoint: Any, src: str) -> None:
         """Receive the messages of member ``src`` until it says `BYE`."""
         header = bytearray(framing.HEADER_BYTES)
@@ -402,10 +353,8 @@ class UcxPlane:
                 task.cancel()
             for endpoint in self._endpoints:
                 endpoint.abort()
-            if self._handlers:  # they end once their endpoint is aborted
-                await asyncio.wait(self._handlers, timeout=1)
-            if self._listener is not None:
-                self._listener.close()
+            if self._door is not None:
+                await self._door.close()
             self._endpoints.clear()
             self._tasks.clear()
 
@@ -413,7 +362,7 @@ class UcxPlane:
             self._ucx.run(close(), timeout=LINGER + 5)
         except Exception as exc:
             log.debug("ucx: closing: %r", exc)
-        self._listener = None
+        self._door = None
         self._ucx.release()
 
 
@@ -424,13 +373,3 @@ async def _send_message(endpoint: Any, message: list[Any]) -> None:
     sends = [endpoint.send(framing.header(sizes))]
     sends += [endpoint.send(view) for view in views if view.nbytes]
     await asyncio.gather(*sends)
-
-
-def _arrived_on(local: tuple[str, int] | None, bind_host: str) -> bool:
-    """Whether a connection that arrived at ``local`` reached the job's bind address."""
-    try:
-        if ipaddress.ip_address(bind_host).is_unspecified:
-            return True
-    except ValueError:
-        return True
-    return local is not None and local[0] == bind_host
