@@ -59,7 +59,8 @@ def _job(selector: str | None) -> Any:
 
 
 def _top(args: argparse.Namespace) -> int:
-    from danaus.admin.protocol import Snapshot
+    from danaus.admin.protocol import Snapshot, Stacks, expect
+    from danaus.admin.views import StacksView
     from danaus.transports.tcp.admin import AdminClient
 
     try:
@@ -67,8 +68,14 @@ def _top(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise SystemExit(f"danaus top needs textual ({exc}): pip install 'danaus[top]'") from None
 
-    with AdminClient(_job(args.job)) as client:
-        TopApp(lambda: client.ask(Snapshot(), timeout=10), interval=args.interval).run()
+    job = _job(args.job)
+    # Stacks are asked from another thread than snapshots: each has a connection of its own.
+    with AdminClient(job) as client, AdminClient(job) as stacks_client:
+        TopApp(
+            lambda: client.ask(Snapshot(), timeout=10),
+            interval=args.interval,
+            stacks=lambda proc: expect(stacks_client.ask(Stacks(proc), timeout=10), StacksView),
+        ).run()
     return 0
 
 
