@@ -90,6 +90,40 @@ def _debug(args: argparse.Namespace) -> int:
             raise SystemExit(f"danaus debug: {exc}") from None
 
 
+SIM_INTERVAL = 0.25
+"""Seconds between a simulated run's views on its dashboard: replays move smoothly."""
+
+
+def _dashboard(args: argparse.Namespace) -> int:
+    import asyncio
+
+    try:
+        from danaus.dashboard.launch import run
+    except ImportError as exc:
+        raise SystemExit(
+            f"danaus dashboard needs aiohttp ({exc}): pip install 'danaus[dashboard]'"
+        ) from None
+    source: Any
+    if args.sim is not None:
+        from danaus.dashboard.simulated import SimSource
+
+        source = SimSource(load(args.sim), args.sim, hosts=args.hosts, seed=args.seed)
+    else:
+        from danaus.dashboard.sources import JobSource
+
+        source = JobSource(_job(args.job))
+    options = {"host": args.host, "port": args.port, "reports": args.reports}
+    if args.sim is not None:
+        options["interval"] = SIM_INTERVAL
+    try:
+        asyncio.run(run(source, **options, open_browser=not args.no_browser))
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        raise SystemExit(f"danaus dashboard: {exc}") from None
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     import danaus
     from danaus.tracing import ENVIRONMENT
@@ -220,6 +254,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     debug.add_argument("job", nargs="?", help="the controller's pid or job file (default: newest)")
     debug.set_defaults(handler=_debug)
+    dashboard = commands.add_parser(
+        "dashboard", help="a live web page of a running job (or of a simulated run)"
+    )
+    dashboard.add_argument(
+        "job", nargs="?", help="the controller's pid or job file (default: newest)"
+    )
+    dashboard.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback)")
+    dashboard.add_argument("--port", type=int, default=0, help="port to listen on (0: a free one)")
+    dashboard.add_argument("--no-browser", action="store_true", help="print the link only")
+    dashboard.add_argument(
+        "--reports",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a report file or a directory of them to serve beside the job (repeatable)",
+    )
+    dashboard.add_argument(
+        "--sim", metavar="PATH::FUNCTION", help="show this program's run on the simulator instead"
+    )
+    dashboard.add_argument("--seed", type=int, default=0, help="the simulated run's seed")
+    dashboard.add_argument("--hosts", type=int, default=1, help="the simulated run's hosts")
+    dashboard.set_defaults(handler=_dashboard)
     worker = commands.add_parser(
         "worker", help="serve as this host's worker: wait for a controller to attach"
     )
