@@ -1,11 +1,11 @@
 """``danaus dashboard``: serve a job's (or a simulated run's) dashboard, print its link, open it.
 
 It binds loopback unless told otherwise, on a free port unless given one,
-and prints a link whose token works once (`danaus.dashboard.access`);
-pressing Enter prints another. A browser is opened only where one can show a
-window (a desktop session, macOS, Windows): on a server, a console browser
-would take over the terminal, so the link is printed for the user to open,
-through an ssh tunnel from their own machine.
+and prints a link whose token works once (`danaus.dashboard.access`); each
+line it reads (Enter, on a terminal) prints another. A browser is opened only
+where one can show a window (a desktop session, macOS, Windows): on a server,
+a console browser would take over the terminal, so the link is printed for
+the user to open, through an ssh tunnel from their own machine.
 """
 
 from __future__ import annotations
@@ -110,9 +110,13 @@ async def run(
     def another_link() -> None:
         if sys.stdin.readline():
             print(f"  open {served.link()}", flush=True)
+        else:
+            loop.remove_reader(sys.stdin)
 
-    if sys.stdin is not None and sys.stdin.isatty():
-        loop.add_reader(sys.stdin, another_link)
+    if sys.stdin is not None and not sys.stdin.closed:
+        # A file or /dev/null cannot be watched (EPERM): then there is nobody to ask anyway.
+        with contextlib.suppress(OSError):
+            loop.add_reader(sys.stdin, another_link)
     try:
         await asyncio.Event().wait()
     finally:

@@ -73,9 +73,10 @@ class Source(Protocol):
 class JobSource:
     """A running job, through its controller's admin socket.
 
-    Snapshots and logs, asked once a second, share one connection; each
-    request for stacks, a profile or the trace opens its own, so that a
-    profile of several seconds never holds up the live view.
+    Snapshots and logs, asked once a second, share one connection; requests
+    for stacks, a profile or the trace each take a connection of their own from
+    a pool (a new connection costs an encrypted handshake), so that a profile
+    of several seconds never holds up the live view nor another request.
     """
 
     epoch = 0
@@ -84,6 +85,8 @@ class JobSource:
         self.job = job
         self._client = AdminClient(job)
         self._lock = threading.Lock()
+        self._idle: list[AdminClient] = []
+        """Connections for requests on demand, not in use now."""
 
     def describe(self) -> SourceInfo:
         return SourceInfo(
@@ -102,8 +105,17 @@ class JobSource:
             return protocol.expect(self._client.ask(request, timeout=SNAPSHOT_TIMEOUT), kind)
 
     def _ask_alone(self, request: protocol.Request, kind: type[A], timeout: float) -> A:
-        with AdminClient(self.job) as client:
-            return protocol.expect(client.ask(request, timeout=timeout), kind)
+        try:
+            client = self._idle.pop()
+        except IndexError:
+            client = AdminClient(self.job)
+        try:
+            answer = client.ask(request, timeout=timeout)
+        except BaseException:
+            client.close()
+            raise
+        self._idle.append(client)
+        return protocol.expect(answer, kind)
 
     async def _run(self, fn: Callable[..., A], *args: Any) -> A:
         try:
@@ -139,3 +151,5 @@ class JobSource:
     def close(self) -> None:
         with self._lock:
             self._client.close()
+        while self._idle:
+            self._idle.pop().close()

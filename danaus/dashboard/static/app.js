@@ -30,6 +30,7 @@
     state: null, // the latest PageState
     logs: [], // every line kept, oldest first
     selected: null, // {kind: "proc" | "actor", id}
+    flashing: null, // "proc:ID", "actor:ID" or "failure:KEY": drawn with attention for a moment
     sim: null, // the simulator's cursor, on a simulation
     trace: null, // the loaded trace: {tracks, slices, flows, instants, t0, t1}
   };
@@ -96,7 +97,7 @@
     events.addEventListener("state", (e) => {
       page.state = JSON.parse(e.data);
       notice("");
-      setLive(true);
+      setLive(true, `live · ${new Date().toTimeString().slice(0, 8)}`);
       render();
     });
     events.addEventListener("logs", (e) => addLogs(JSON.parse(e.data)));
@@ -139,7 +140,7 @@
       t.not_answering ? badge("not answering", t.not_answering, "warn") : null,
       page.source && page.source.kind === "job" ? badge("gathered in", `${page.state.gather_ms} ms`) : null,
     ];
-    $("badges").replaceChildren(...badges.filter(Boolean));
+    draw($("badges"), ...badges);
     const count = $("failure-count");
     count.textContent = t.failures || "";
     count.classList.toggle("bad", t.failures > 0);
@@ -153,7 +154,47 @@
     renderProcChoice();
   }
 
+  // ---- drawing in place ---------------------------------------------------------------
+
+  /**
+   * Make ``old`` (in the page) look like ``fresh`` (built aside), changing only what differs.
+   * A page refreshed every second then re-lays out and repaints only what changed, which keeps
+   * an open dashboard cheap for the browser (and for the machine the job shares with it).
+   * Handlers are never copied: the page's handlers are delegated, keyed by data attributes.
+   */
+  function morph(old, fresh) {
+    if (old.nodeType !== fresh.nodeType || old.nodeName !== fresh.nodeName) {
+      old.replaceWith(fresh);
+      return;
+    }
+    if (old.nodeType !== Node.ELEMENT_NODE) {
+      if (old.nodeValue !== fresh.nodeValue) old.nodeValue = fresh.nodeValue;
+      return;
+    }
+    for (const { name } of [...old.attributes]) if (!fresh.hasAttribute(name)) old.removeAttribute(name);
+    for (const { name, value } of fresh.attributes) if (old.getAttribute(name) !== value) old.setAttribute(name, value);
+    const before = [...old.childNodes];
+    const after = [...fresh.childNodes];
+    after.forEach((child, i) => (i < before.length ? morph(before[i], child) : old.append(child)));
+    for (const child of before.slice(after.length)) child.remove();
+  }
+
+  /** Replace ``box``'s children by ``children``, in place (see `morph`). */
+  function draw(box, ...children) {
+    const fresh = box.cloneNode(false);
+    fresh.append(...children.filter(Boolean));
+    morph(box, fresh);
+  }
+
   // ---- topology -----------------------------------------------------------------------
+
+  function isSelected(kind, id) {
+    return page.selected && page.selected.kind === kind && page.selected.id === id;
+  }
+
+  function marks(kind, id) {
+    return `${isSelected(kind, id) ? " selected" : ""}${page.flashing === `${kind}:${id}` ? " flash" : ""}`;
+  }
 
   function procCell(proc) {
     const live = proc.state === "running";
@@ -162,7 +203,7 @@
       (live ? ` · ${proc.cpu_percent}% CPU · ${proc.rss_mib} MiB · ✉ ${proc.mailbox} · ${fmt.rate(proc.rate)} msg/s` : "");
     return el(
       "button",
-      { type: "button", class: `cell proc state-${proc.state}`, title: tip, data: { proc: proc.id, state: proc.state, kind: "proc" } },
+      { type: "button", class: `cell proc state-${proc.state}${marks("proc", proc.id)}`, title: tip, data: { proc: proc.id, state: proc.state, kind: "proc" } },
       el("span", { class: "n", text: String(proc.index) }),
       el("span", { class: "m", text: label }),
     );
@@ -175,7 +216,7 @@
       "button",
       {
         type: "button",
-        class: `cell actor state-${actor.state}${actor.running ? " busy" : ""}`,
+        class: `cell actor state-${actor.state}${actor.running ? " busy" : ""}${marks("actor", actor.actor)}`,
         title: tip,
         data: { actor: actor.actor, proc: actor.proc, state: actor.state, kind: "actor" },
       },
@@ -293,19 +334,7 @@
       parts.push(section);
     }
     if (!parts.length) parts.push(el("p", { class: "empty", text: "No procs." }));
-    $("topology").replaceChildren(...parts);
-    markSelected();
-  }
-
-  function markSelected() {
-    for (const cell of document.querySelectorAll("#topology .cell.selected")) cell.classList.remove("selected");
-    const chosen = page.selected;
-    if (!chosen) return;
-    const selector = chosen.kind === "proc"
-      ? `.cell.proc[data-proc="${CSS.escape(chosen.id)}"]`
-      : `.cell.actor[data-actor="${CSS.escape(chosen.id)}"]`;
-    const cell = document.querySelector(`#topology ${selector}`);
-    if (cell) cell.classList.add("selected");
+    draw($("topology"), ...parts);
   }
 
   function allProcs() {
@@ -334,8 +363,19 @@
 
   function select(kind, id) {
     page.selected = { kind, id };
-    markSelected();
+    renderTopology();
     renderDetails();
+  }
+
+  /** Draw attention to a cell or a card for a moment (it survives the refreshes meanwhile). */
+  function flash(mark, redraw) {
+    page.flashing = mark;
+    redraw();
+    setTimeout(() => {
+      if (page.flashing !== mark) return;
+      page.flashing = null;
+      redraw();
+    }, 2600);
   }
 
   $("topology").addEventListener("click", (e) => {
@@ -344,6 +384,30 @@
     if (cell.dataset.kind === "proc") select("proc", cell.dataset.proc);
     else select("actor", cell.dataset.actor);
   });
+
+  // ---- what the page's links and buttons do, by their data-action -----------------------
+
+  const ACTIONS = {
+    "select-proc": (data) => select("proc", data.proc),
+    "select-actor": (data) => select("actor", data.actor),
+    stacks: (data) => openStacks(data.proc),
+    flame: (data) => openStacks(data.proc, true),
+    "logs-proc": (data) => openLogs({ proc: data.proc }),
+    "logs-rank": (data) => openLogs({ mesh: data.mesh, coords: data.coords }),
+    "open-failure": (data) => showFailure(data.key),
+    "show-in-topology": (data) => showInTopology(failureByKey(data.key)),
+  };
+
+  for (const box of ["details", "failures"]) {
+    $(box).addEventListener("click", (e) => {
+      const target = e.target.closest("[data-action]");
+      if (target) ACTIONS[target.dataset.action](target.dataset);
+    });
+  }
+
+  function action(tag, name, text, data) {
+    return el(tag, { type: tag === "button" ? "button" : undefined, text, data: { action: name, ...data } });
+  }
 
   function facts(pairs) {
     return el("dl", {}, ...pairs.filter(([, v]) => v !== undefined && v !== null && v !== "").flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { text: String(v) })]));
@@ -360,29 +424,28 @@
     return f.kind === "proc" ? `proc ${f.proc}` : `${f.mesh} ${fmt.coords(f.coords, f.rank)}`;
   }
 
-  function relatedLine(failure, onpick) {
+  /** Links to the related failures: in the topology (``where`` "topology") or in Failures. */
+  function relatedLine(failure, where) {
     const links = related(failure);
     if (!links.length) return null;
     const lead = failure.kind === "proc" ? "its actors failed with it:" : "its proc was lost:";
-    return el(
-      "div",
-      { class: "related" },
-      el("span", { text: lead }),
-      ...links.map((f) => el("a", { text: failureName(f), onclick: () => onpick(f) })),
-    );
+    const link = (f) =>
+      where === "topology"
+        ? action("a", f.kind === "proc" ? "select-proc" : "select-actor", failureName(f), { proc: f.proc, actor: f.what })
+        : action("a", "open-failure", failureName(f), { key: f.key });
+    return el("div", { class: "related" }, el("span", { text: lead }), ...links.map(link));
   }
 
   function failureBlock(key) {
     const failure = failureByKey(key);
     if (!failure) return null;
-    const pick = (f) => select(f.kind, f.kind === "proc" ? f.proc : f.what);
     return el(
       "div",
       { class: "failure-report" },
       el("div", { class: "dim", text: `failed ${fmt.age(failure.age_s)}: ${failure.cause}` }),
-      relatedLine(failure, pick),
+      relatedLine(failure, "topology"),
       failure.report !== failure.cause ? el("pre", { text: failure.report }) : null,
-      el("button", { type: "button", onclick: () => showFailure(key), text: "Open in Failures" }),
+      action("button", "open-failure", "Open in Failures", { key }),
     );
   }
 
@@ -394,33 +457,33 @@
     if (chosen.kind === "proc") {
       const proc = allProcs().find((p) => p.id === chosen.id);
       if (!proc) {
-        box.replaceChildren(el("p", { class: "empty", text: `proc ${chosen.id} is no longer shown` }));
+        draw(box, el("p", { class: "empty", text: `proc ${chosen.id} is no longer shown` }));
         return;
       }
       const here = allActors().filter((a) => a.proc === proc.id);
-      box.replaceChildren(
+      const running = proc.state === "running";
+      const stacks = action("button", "stacks", "Stacks", { proc: proc.id });
+      stacks.id = "details-stacks";
+      draw(
+        box,
         el("h3", { text: `proc ${proc.id}` }),
         el("span", { class: `state state-${proc.state}`, text: proc.state }),
         facts([
           ["host", proc.host],
           ["pid", proc.pid],
-          ["CPU", proc.state === "running" ? `${proc.cpu_percent}%` : ""],
-          ["RSS", proc.state === "running" ? `${proc.rss_mib} MiB` : ""],
+          ["CPU", running ? `${proc.cpu_percent}%` : ""],
+          ["RSS", running ? `${proc.rss_mib} MiB` : ""],
           ["threads", proc.threads || ""],
           ["actors", here.map((a) => `${a.mesh} ${fmt.coords(a.coords, a.rank)}`).join(", ") || "none"],
-          ["mailbox", proc.state === "running" ? proc.mailbox : ""],
-          ["msg/s", proc.state === "running" ? fmt.rate(proc.rate) : ""],
+          ["mailbox", running ? proc.mailbox : ""],
+          ["msg/s", running ? fmt.rate(proc.rate) : ""],
         ]),
         el(
           "div",
           { class: "actions" },
-          canStack && proc.state !== "failed" && proc.state !== "stopped"
-            ? el("button", { type: "button", id: "details-stacks", text: "Stacks", onclick: () => openStacks(proc.id) })
-            : null,
-          canStack && proc.state === "running"
-            ? el("button", { type: "button", text: "Flame graph", onclick: () => openStacks(proc.id, true) })
-            : null,
-          el("button", { type: "button", text: "Logs", onclick: () => openLogs({ proc: proc.id }) }),
+          canStack && (running || proc.state === "lost") ? stacks : null,
+          canStack && running ? action("button", "flame", "Flame graph", { proc: proc.id }) : null,
+          action("button", "logs-proc", "Logs", { proc: proc.id }),
         ),
         proc.failure ? failureBlock(proc.failure) : null,
       );
@@ -428,10 +491,12 @@
     }
     const actor = allActors().find((a) => a.actor === chosen.id);
     if (!actor) {
-      box.replaceChildren(el("p", { class: "empty", text: `actor ${chosen.id} is no longer shown` }));
+      draw(box, el("p", { class: "empty", text: `actor ${chosen.id} is no longer shown` }));
       return;
     }
-    box.replaceChildren(
+    const coords = Object.entries(actor.coords).map(([k, v]) => `${k}=${v}`).join(" ");
+    draw(
+      box,
       el("h3", { text: actor.actor }),
       el("span", { class: `state state-${actor.state}`, text: actor.state }),
       facts([
@@ -446,15 +511,9 @@
       el(
         "div",
         { class: "actions" },
-        el("button", { type: "button", text: `Proc ${actor.proc}`, onclick: () => select("proc", actor.proc) }),
-        canStack && actor.state !== "failed"
-          ? el("button", { type: "button", text: "Stacks of its proc", onclick: () => openStacks(actor.proc) })
-          : null,
-        el("button", {
-          type: "button",
-          text: "Logs of this rank",
-          onclick: () => openLogs({ mesh: actor.mesh, coords: Object.entries(actor.coords).map(([k, v]) => `${k}=${v}`).join(" ") }),
-        }),
+        action("button", "select-proc", `Proc ${actor.proc}`, { proc: actor.proc }),
+        canStack && actor.state !== "failed" ? action("button", "stacks", "Stacks of its proc", { proc: actor.proc }) : null,
+        action("button", "logs-rank", "Logs of this rank", { mesh: actor.mesh, coords }),
       ),
       actor.failure ? failureBlock(actor.failure) : null,
     );
@@ -466,18 +525,23 @@
     const failures = page.state.failures;
     const box = $("failures");
     if (!failures.length) {
-      box.replaceChildren(el("p", { class: "empty", text: "No failures so far." }));
+      draw(box, el("p", { class: "empty", text: "No failures so far." }));
       return;
     }
     const open = new Set([...box.querySelectorAll("details[open]")].map((d) => d.dataset.key));
-    box.replaceChildren(
+    draw(
+      box,
       ...failures.map((f, i) => {
         const where = f.kind === "proc" ? "" : `${f.mesh} ${fmt.coords(f.coords, f.rank)} on ${f.proc}`;
-        const report = el("details", { data: { key: f.key } }, el("summary", { text: "whole report" }), el("pre", { text: f.report }));
-        report.open = open.has(f.key) || (open.size === 0 && i < 3);
+        const report = el(
+          "details",
+          { data: { key: f.key }, open: open.has(f.key) || (open.size === 0 && i < 3) || page.flashing === `failure:${f.key}` },
+          el("summary", { text: "whole report" }),
+          el("pre", { text: f.report }),
+        );
         return el(
           "article",
-          { class: "failure", data: { key: f.key } },
+          { class: `failure${page.flashing === `failure:${f.key}` ? " flash" : ""}`, data: { key: f.key } },
           el(
             "header",
             {},
@@ -485,10 +549,10 @@
             el("span", { class: "what", text: f.what }),
             el("span", { class: "where", text: where }),
             el("span", { class: "dim", text: fmt.age(f.age_s) }),
-            el("a", { text: "show in topology →", onclick: () => showInTopology(f) }),
+            action("a", "show-in-topology", "show in topology →", { key: f.key }),
           ),
           el("div", { class: "cause", text: f.cause }),
-          relatedLine(f, (other) => showFailure(other.key)),
+          relatedLine(f, "failures"),
           report,
         );
       }),
@@ -497,26 +561,19 @@
 
   function showFailure(key) {
     activate("failures");
+    flash(`failure:${key}`, renderFailures);
     const card = document.querySelector(`#failures .failure[data-key="${CSS.escape(key)}"]`);
-    if (!card) return;
-    const report = card.querySelector("details");
-    if (report) report.open = true;
-    card.scrollIntoView({ block: "center" });
-    card.classList.remove("flash");
-    void card.offsetWidth;
-    card.classList.add("flash");
+    if (card) card.scrollIntoView({ block: "center" });
   }
 
   function showInTopology(failure) {
+    if (!failure) return;
     activate("topology");
     const actor = failure.kind === "actor";
     select(actor ? "actor" : "proc", actor ? failure.what : failure.proc);
+    flash(actor ? `actor:${failure.what}` : `proc:${failure.proc}`, renderTopology);
     const cell = document.querySelector("#topology .cell.selected");
-    if (cell) {
-      cell.scrollIntoView({ block: "center" });
-      cell.classList.add("flash");
-      setTimeout(() => cell.classList.remove("flash"), 2600);
-    }
+    if (cell) cell.scrollIntoView({ block: "center" });
   }
 
   // ---- logs ---------------------------------------------------------------------------
