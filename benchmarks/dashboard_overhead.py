@@ -18,7 +18,8 @@ It also reports, with the dashboard open on the same job:
   round trip, the dashboard's ``/api/stacks`` as the page asks it, and the time
   the proc took to walk its frames; and ``py-spy dump`` of the same process for
   comparison, where py-spy is installed;
-- the CPU a profile's sampler takes on the proc it samples (100 samples a second).
+- the CPU a profile's sampler takes on the proc it samples (100 samples a second),
+  against the same proc idle for as long.
 
     python benchmarks/dashboard_overhead.py                    # 64 procs, 3 rounds
     python benchmarks/dashboard_overhead.py --procs 8 --rounds 1 --quick   # a smoke test
@@ -101,7 +102,7 @@ with sync_playwright() as playwright:
 """
 
 EVENTS = """
-import http.client, sys, urllib.parse
+import http.client, sys, threading, urllib.parse
 link = urllib.parse.urlsplit(sys.argv[1])
 connection = http.client.HTTPConnection(link.hostname, link.port, timeout=60)
 connection.request("GET", f"/?{link.query}")
@@ -111,9 +112,14 @@ cookie = reply.getheader("Set-Cookie").partition(";")[0]
 connection.request("GET", "/api/events", headers={"Cookie": cookie})
 stream = connection.getresponse()
 stream.readline()
+
+def read():
+    while stream.readline():
+        pass
+
+threading.Thread(target=read, daemon=True).start()
 print("{}", flush=True)
-while stream.readline():
-    pass
+sys.stdin.readline()
 """
 
 
@@ -212,7 +218,9 @@ def workloads(one: Any, mesh: Any, counts: Any) -> dict[str, float]:
 LOWER_IS_BETTER = {"call_one_rtt_median_us"}
 
 
-def stack_dumps(spinners: Any, dashboard: Dashboard, dumps: int) -> dict[str, Any]:
+def stack_dumps(
+    spinners: Any, dashboard: Dashboard, dumps: int, profile_seconds: float
+) -> dict[str, Any]:
     """Stacks of a proc spinning in Python: through the admin socket, the page, and py-spy."""
     stop = Path(tempfile.mkdtemp(prefix="danaus-stop-")) / "stop"
     busy = spinners.slice(procs=0)
@@ -233,7 +241,7 @@ def stack_dumps(spinners: Any, dashboard: Dashboard, dumps: int) -> dict[str, An
             found["admin_request_s"] = spread(admin)
             found["proc_walks_its_frames_s"] = spread(walked, 5)
             found["page_request_s"] = spread(_page_dumps(dashboard, proc, dumps))
-            found["profile_3s_at_100hz"] = _sampler_cost(spinners, client)
+            found["profile_at_100hz"] = _sampler_cost(spinners, client, profile_seconds)
         found.update(_py_spy(pid, dumps))
     finally:
         stop.touch()
@@ -261,22 +269,24 @@ def _py_spy(pid: int, dumps: int) -> dict[str, Any]:
     return found
 
 
-def _sampler_cost(spinners: Any, client: AdminClient) -> dict[str, float]:
-    """The CPU an idle proc spends in 3 s, and while a profile samples it 100 times a second."""
+def _sampler_cost(spinners: Any, client: AdminClient, seconds: float) -> dict[str, float]:
+    """The CPU an idle proc spends in ``seconds``, and while a profile samples it 100 times a
+    second for as long."""
     pid = spinners.slice(procs=1).pid.call_one().get(timeout=60)
     proc = _proc_of(client, pid)
     before = _cpu_seconds(pid)
-    time.sleep(3.0)
+    time.sleep(seconds)
     idle = _cpu_seconds(pid) - before
     before = _cpu_seconds(pid)
     profile = protocol.expect(
-        client.ask(protocol.Profile(proc, 3.0, 100.0), timeout=60), ProfileView
+        client.ask(protocol.Profile(proc, seconds, 100.0), timeout=60), ProfileView
     )
     sampling = _cpu_seconds(pid) - before
     return {
+        "seconds": seconds,
         "samples": profile.samples,
-        "idle_proc_cpu_s_in_3s": round(idle, 3),
-        "sampled_proc_cpu_s_in_3s": round(sampling, 3),
+        "idle_proc_cpu_s": round(idle, 3),
+        "sampled_proc_cpu_s": round(sampling, 3),
     }
 
 
@@ -348,6 +358,9 @@ def main(argv: list[str] | None = None) -> int:
         "--idle-seconds", type=float, default=5.0, help="CPU of the idle job measured over this"
     )
     parser.add_argument(
+        "--profile-seconds", type=float, default=3.0, help="length of the profile measured"
+    )
+    parser.add_argument(
         "--client",
         choices=["browser", "events"],
         default="browser" if os.access(CHROMIUM, os.X_OK) else "events",
@@ -396,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
                 paints += dashboard.seen["paints"]
                 drawings += dashboard.seen["drawings"]
             if round_ == args.rounds - 1:
-                stacks = stack_dumps(spinners, dashboard, args.dumps)
+                stacks = stack_dumps(spinners, dashboard, args.dumps, args.profile_seconds)
         finally:
             dashboard.close()
     metrics = {}

@@ -99,6 +99,7 @@ def _dashboard(args: argparse.Namespace) -> int:
 
     try:
         from danaus.dashboard.launch import run
+        from danaus.dashboard.server import INTERVAL
     except ImportError as exc:
         raise SystemExit(
             f"danaus dashboard needs aiohttp ({exc}): pip install 'danaus[dashboard]'"
@@ -112,11 +113,11 @@ def _dashboard(args: argparse.Namespace) -> int:
         from danaus.dashboard.sources import JobSource
 
         source = JobSource(_job(args.job))
-    options = {"host": args.host, "port": args.port, "reports": args.reports}
-    if args.sim is not None:
-        options["interval"] = SIM_INTERVAL
+    interval = args.interval or (SIM_INTERVAL if args.sim is not None else INTERVAL)
     try:
-        asyncio.run(run(source, **options, open_browser=not args.no_browser))
+        asyncio.run(
+            run(source, args.host, args.port, args.reports, interval, not args.no_browser)
+        )
     except KeyboardInterrupt:
         pass
     except OSError as exc:
@@ -263,6 +264,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     dashboard.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback)")
     dashboard.add_argument("--port", type=int, default=0, help="port to listen on (0: a free one)")
     dashboard.add_argument("--no-browser", action="store_true", help="print the link only")
+    dashboard.add_argument(
+        "--interval",
+        type=float,
+        help="seconds between refreshes while a page is open (1; 0.25 for a simulation)",
+    )
     dashboard.add_argument(
         "--reports",
         action="append",

@@ -57,6 +57,7 @@ def failure_view(failure: MeshFailure) -> FailureView:
         rank=failure.rank.rank,
         coords=dict(failure.rank),
         report=failure.report(),
+        actor_class=failure.actor_class,
     )
 
 

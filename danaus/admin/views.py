@@ -46,6 +46,8 @@ class FailureView(msgspec.Struct, frozen=True):
     """The failed member's coordinates in its mesh (empty for a lost proc)."""
     report: str = ""
     """The whole account: the chain of failures with each cause and remote traceback."""
+    actor_class: str | None = None
+    """The failed actor's class (module and qualified name), where known."""
 
 
 class ProcView(msgspec.Struct, frozen=True):

@@ -266,7 +266,8 @@ def _failed_member(failure: FailureView, key: str, host: str) -> _Member:
         running="",
         failure=key,
     )
-    return _Member(cell, host, failure.what.rpartition("/")[0], failure.mesh, "")
+    class_name = (failure.actor_class or "").rpartition(".")[2]
+    return _Member(cell, host, failure.what.rpartition("/")[0], failure.mesh, class_name)
 
 
 def _failure_item(view: JobView, key: str, failure: FailureView) -> FailureItem:

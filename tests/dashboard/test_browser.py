@@ -216,6 +216,16 @@ def test_the_dashboard_of_a_simulated_run_replays_it(browser, screenshots, serve
     assert digest is not None and digest[:16] in page.inner_text("#sim-digest")
     screenshots(page, "1-simulated-run")
 
+    # The page stops listening while it is hidden, and listens again when it is seen.
+    hide = (
+        "hidden => { Object.defineProperty(document, 'hidden', {value: hidden, configurable: 1});"
+        " document.dispatchEvent(new Event('visibilitychange')); }"
+    )
+    page.evaluate(hide, True)
+    expect(page.locator("#live-text")).to_have_text("paused while hidden")
+    page.evaluate(hide, False)
+    expect(page.locator("#live-text")).to_contain_text("live ·", timeout=WAIT)
+
     page.click("#sim-play")
     expect(page.locator(".cell.proc[data-state=failed]")).to_have_count(0, timeout=WAIT)
     page.wait_for_selector(".cell.proc[data-state=failed]", timeout=WAIT)

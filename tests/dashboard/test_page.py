@@ -132,10 +132,12 @@ def test_silent_procs_are_lost_and_killed_ones_failed_with_their_reports():
 def test_a_restarted_member_stands_where_it_failed():
     view = job(10.0, handled=1)
     old = FailureView("root:1.0", "root:3/w[0]", "boom", "w", 0, 9.0, {"hosts": 0, "gpus": 0})
-    state = PageModel().update(JobView(1, "tcp", 10.0, 0.0, view.procs, [old], []))
-    [mesh] = state.hosts[0].proc_meshes[1].actor_meshes
-    assert [m.state for m in mesh.members] == ["running", "running"]
-    assert [f.key for f in state.failures] == ["root:1.0|root:3/w[0]"]
+    lone = FailureView("root:1.1", "root:4/x[0]", "boom", "x", 0, 9.0, actor_class="job.Loader")
+    state = PageModel().update(JobView(1, "tcp", 10.0, 0.0, view.procs, [old, lone], []))
+    w, x = state.hosts[0].proc_meshes[1].actor_meshes
+    assert [m.state for m in w.members] == ["running", "running"]
+    assert (x.name, x.class_name, [m.state for m in x.members]) == ("x", "Loader", ["failed"])
+    assert [f.key for f in state.failures] == ["root:1.0|root:3/w[0]", "root:1.1|root:4/x[0]"]
 
 
 def test_ids_sort_and_group_as_people_read_them():

@@ -179,6 +179,7 @@ def test_a_killed_proc_shows_as_failed_with_its_actors_reports(tcp_job, monkeypa
             {"gpus": 1},
         )
         assert "Killed(sig=9)" in actor.report and "mesh 'spinner' rank gpus=1" in actor.report
+        assert actor.actor_class == "tests.observe.test_inspect.Spinner"
 
 
 def test_the_trace_comes_from_every_proc_when_the_job_records_it(tcp_job):

@@ -84,8 +84,24 @@
     $("live-text").textContent = text || (on ? "live" : "disconnected");
   }
 
+  let events = null;
+
+  /**
+   * Listen to the server while the page is seen, and stop while it is hidden (another tab, a
+   * minimised window): with no page listening, the server asks the job nothing.
+   */
+  function follow() {
+    if (document.hidden && events) {
+      events.close();
+      events = null;
+      setLive(false, "paused while hidden");
+    } else if (!document.hidden && !events) {
+      connect();
+    }
+  }
+
   function connect() {
-    const events = new EventSource("/api/events");
+    events = new EventSource("/api/events");
     events.addEventListener("hello", (e) => {
       const hello = JSON.parse(e.data);
       page.source = hello.source;
@@ -209,6 +225,9 @@
     );
   }
 
+  /** States in which an actor takes messages: its mailbox and rate mean something. */
+  const ACTIVE = new Set(["starting", "running", "stopping"]);
+
   function actorCell(actor) {
     const tip = `${actor.actor} on ${actor.proc} · ${actor.state} · mailbox ${actor.mailbox} · ${fmt.rate(actor.rate)} msg/s` +
       (actor.running ? ` · running ${actor.running}` : "");
@@ -221,7 +240,9 @@
         data: { actor: actor.actor, proc: actor.proc, state: actor.state, kind: "actor" },
       },
       el("span", { class: "c", text: fmt.coords(actor.coords, actor.rank) }),
-      el("span", { class: "m" }, el("span", { text: `✉ ${actor.mailbox}` }), el("span", { text: `${fmt.rate(actor.rate)}/s` })),
+      ACTIVE.has(actor.state)
+        ? el("span", { class: "m" }, el("span", { text: `✉ ${actor.mailbox}` }), el("span", { text: `${fmt.rate(actor.rate)}/s` }))
+        : null,
       el("span", { class: "r", text: actor.running ? `▶ ${actor.running}` : actor.state }),
     );
   }
@@ -504,8 +525,8 @@
         ["class", actor.class_name],
         ["coordinates", fmt.coords(actor.coords, actor.rank)],
         ["proc", actor.proc],
-        ["mailbox", actor.mailbox],
-        ["msg/s", fmt.rate(actor.rate)],
+        ["mailbox", ACTIVE.has(actor.state) ? actor.mailbox : ""],
+        ["msg/s", ACTIVE.has(actor.state) ? fmt.rate(actor.rate) : ""],
         ["running", actor.running],
       ]),
       el(
@@ -782,17 +803,13 @@
     const width = Math.max(600, box.clientWidth || 900);
     const row = 18;
     let depth = 0;
-    const walk = (node, d) => {
-      depth = Math.max(depth, d);
-      for (const child of node.children.values()) walk(child, d + 1);
-    };
     const top = zoomed || root;
-    walk(top, 0);
-    const svg = el("svg:svg", { viewBox: `0 0 ${width} ${(depth + 1) * row + 4}`, height: (depth + 1) * row + 4, role: "img" });
+    const svg = el("svg:svg", { role: "img" });
     const scale = width / top.value;
     const place = (node, x, d) => {
       const w = node.value * scale;
       if (w < 0.5) return;
+      depth = Math.max(depth, d);
       const isThread = d === 1 && !zoomed;
       const colour = d === 0 ? "#d9dde3" : isThread ? `hsl(${210 + (hue(node.name) % 30)}, 55%, 72%)` : `hsl(${18 + (hue(node.name) % 34)}, 88%, ${60 + (hue(node.name) % 14)}%)`;
       const rect = el("svg:rect", { x: x.toFixed(2), y: d * row, width: Math.max(0.5, w - 0.5).toFixed(2), height: row - 1, fill: colour });
@@ -812,6 +829,9 @@
       }
     };
     place(top, 0, 0);
+    const height = (depth + 1) * row + 4;
+    svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+    svg.setAttribute("height", height);
     box.replaceChildren(
       el(
         "div",
@@ -1080,6 +1100,7 @@
     if (button) activate(button.dataset.tab);
   });
 
-  connect();
+  document.addEventListener("visibilitychange", follow);
+  follow();
   loadReports();
 })();
