@@ -12,8 +12,8 @@ the snapshot before), plus every failure with its whole report. States:
 
 Each failed proc or actor carries the key of its failure (``proc|what``), so
 that the page links the two ways. Procs of a proc mesh that ended cleanly,
-with nothing failed in it, are left out: the topology is what runs now and
-what broke.
+with nothing failed in it, are left out while anything runs: the topology is
+what runs now and what broke (and, once nothing runs, how it all ended).
 """
 
 from __future__ import annotations
@@ -179,11 +179,12 @@ class PageModel:
             host = hosts.get(failure.proc, "unknown host")
             members.append(_failed_member(failure, key, host))
         failed_meshes = {proc_mesh_of(c.id) for _, c in procs if c.state == "failed"}
-        procs = [
-            (host, cell)
-            for host, cell in procs
-            if cell.state != "stopped" or proc_mesh_of(cell.id) in failed_meshes
-        ]
+        if view.procs:
+            procs = [
+                (host, cell)
+                for host, cell in procs
+                if cell.state != "stopped" or proc_mesh_of(cell.id) in failed_meshes
+            ]
         return PageState(
             pid=view.pid,
             transport=view.transport,

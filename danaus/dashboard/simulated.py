@@ -20,13 +20,13 @@ not recorded in a trace, so they show as empty.
 from __future__ import annotations
 
 import bisect
-import contextlib
 import io
+import sys
 import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 import msgspec
 
@@ -220,6 +220,35 @@ class _Output(io.TextIOBase):
         return "utf-8"
 
 
+class _ByThread(io.TextIOBase):
+    """Standard output while a run goes: the run's thread writes to ``run``, every other one
+    (the dashboard's own messages) to ``others``, the standard output it replaced."""
+
+    def __init__(self, run: TextIO, others: TextIO) -> None:
+        self.run = run
+        self.others = others
+        self.thread = threading.get_ident()
+
+    def writable(self) -> bool:
+        return True
+
+    def _stream(self) -> TextIO:
+        return self.run if threading.get_ident() == self.thread else self.others
+
+    def write(self, text: str) -> int:
+        return self._stream().write(text)
+
+    def flush(self) -> None:
+        self._stream().flush()
+
+    def fileno(self) -> int:
+        return self.others.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self.others.encoding
+
+
 class _Run:
     """One simulated run of the program, on a thread of its own."""
 
@@ -258,14 +287,18 @@ class _Run:
         from danaus.sim import run
         from danaus.transports.tcp.output import PrefixedStream
 
-        stdout = PrefixedStream(_Output(self.logs), "proc root")  # type: ignore[arg-type]
+        prefixed = PrefixedStream(_Output(self.logs), "proc root")  # type: ignore[arg-type]
+        output = _ByThread(prefixed, sys.stdout)
+        sys.stdout = output
         try:
-            with contextlib.redirect_stdout(stdout):
-                result = run(main, hosts=hosts, seed=self.seed)
+            result = run(main, hosts=hosts, seed=self.seed)
         except BaseException:
             self.error = traceback.format_exc()
             self.events = []
             return
+        finally:
+            if sys.stdout is output:
+                sys.stdout = output.others
         self.value = repr(result.value)
         self.digest = result.digest
         self.events = result.trace.events

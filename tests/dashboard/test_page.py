@@ -129,6 +129,15 @@ def test_silent_procs_are_lost_and_killed_ones_failed_with_their_reports():
     assert b.states == {"lost": 1, "failed": 1} and state.totals.not_answering == 1
 
 
+def test_once_nothing_runs_the_procs_that_stopped_are_shown():
+    view = job(10.0, handled=1)
+    state = PageModel().update(JobView(1, "sim", 10.0, 0.0, [], [], [], view.ended))
+    [host] = state.hosts
+    assert [(m.id, [p.state for p in m.procs]) for m in host.proc_meshes] == [
+        ("root:2", ["stopped"])
+    ]
+
+
 def test_a_restarted_member_stands_where_it_failed():
     view = job(10.0, handled=1)
     old = FailureView("root:1.0", "root:3/w[0]", "boom", "w", 0, 9.0, {"hosts": 0, "gpus": 0})
@@ -265,3 +274,18 @@ def test_the_dashboard_of_a_simulated_run_leaves_the_run_as_it_is():
     source.run.join(60)
     assert source.epoch == epoch + 2 and source.status().seed == 6
     assert source.status().digest == danaus.sim.run(simulated, seed=6).digest
+
+
+def test_while_a_run_goes_only_its_own_thread_prints_into_its_logs():
+    import io
+    import threading
+
+    from danaus.dashboard.simulated import _ByThread
+
+    run, others = io.StringIO(), io.StringIO()
+    output = _ByThread(run, others)
+    output.write("from the run\n")
+    elsewhere = threading.Thread(target=output.write, args=("the dashboard's link\n",))
+    elsewhere.start()
+    elsewhere.join()
+    assert (run.getvalue(), others.getvalue()) == ("from the run\n", "the dashboard's link\n")
