@@ -5,11 +5,8 @@ the user who runs it. Three checks, in order, on every request:
 
 1. On Linux, a connection from this host (loopback, or ssh's forwarding, which
    connects from this host) must come from a socket of this user: the kernel
-   lists each TCP socket with its owner's uid (``/proc/net/tcp``), and the
-   peer's socket is found there by its address. Other users are refused even
-   with a valid token or cookie. (psutil's connection table has no uid column,
-   and finds the pid of other users' sockets only as root; the kernel's table is
-   the direct answer, and one read costs well under a millisecond.)
+   says who owns the peer's socket (`danaus.dashboard.peers`). Other users are
+   refused even with a valid token or cookie.
 2. A request carrying ``?token=`` spends that token: each link the dashboard
    prints (or opens) works once. The answer sets a session cookie
    (HttpOnly, SameSite=Strict) and redirects to the same address without the
@@ -22,19 +19,16 @@ dashboard starts, never written anywhere.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import secrets
-import sys
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 from aiohttp import web
 
-log = logging.getLogger("danaus.dashboard")
+from danaus.dashboard import peers
 
-SOCKET_TABLES = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
+log = logging.getLogger("danaus.dashboard")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -42,43 +36,6 @@ REFUSED = (
     "403: this dashboard admits only the user who started it, in a browser that opened "
     "one of the links it printed (each link's token works once)."
 )
-
-
-IP = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-
-def _address(field: str) -> tuple[IP, int]:
-    """An address in the kernel's socket table (``0100007F:1F90``: 32-bit words in host order)."""
-    host, _, port = field.partition(":")
-    raw = bytes.fromhex(host)
-    if sys.byteorder == "little":
-        raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
-    return _plain(ipaddress.ip_address(raw)), int(port, 16)
-
-
-def _plain(ip: IP) -> IP:
-    """An IPv4 address for an IPv4-mapped IPv6 one (``::ffff:127.0.0.1``)."""
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
-    return ip
-
-
-def peer_uid(peer: tuple[str, int], local: tuple[str, int]) -> int | None:
-    """The uid owning the socket at ``peer`` connected to ``local`` on this host, if listed."""
-    want_peer = (_plain(ipaddress.ip_address(peer[0])), peer[1])
-    want_local = (_plain(ipaddress.ip_address(local[0])), local[1])
-    for table in SOCKET_TABLES:
-        try:
-            rows = table.read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if len(fields) < 8:
-                continue
-            if _address(fields[1]) == want_peer and _address(fields[2]) == want_local:
-                return int(fields[7])
-    return None
 
 
 def _local_peer(request: web.Request) -> tuple[tuple[str, int], tuple[str, int]] | None:
@@ -90,8 +47,8 @@ def _local_peer(request: web.Request) -> tuple[tuple[str, int], tuple[str, int]]
     local = transport.get_extra_info("sockname")
     if not peer or not local or not isinstance(peer, tuple):
         return None
-    peer_ip = _plain(ipaddress.ip_address(peer[0]))
-    if not (peer_ip.is_loopback or peer_ip == _plain(ipaddress.ip_address(local[0]))):
+    peer_ip = peers.plain(peer[0])
+    if not (peer_ip.is_loopback or peer_ip == peers.plain(local[0])):
         return None
     return (peer[0], peer[1]), (local[0], local[1])
 
@@ -102,7 +59,9 @@ class Access:
     def __init__(self, cookie: str, check_peer: bool = True) -> None:
         self.cookie = cookie
         """The cookie's name (the port is part of it: cookies do not tell ports apart)."""
-        self.check_peer = check_peer and SOCKET_TABLES[0].exists()
+        self.check_peer = check_peer and peers.available()
+        if check_peer and not self.check_peer:
+            log.warning("dashboard: this system cannot say which user connects: tokens only")
         self._tokens: set[str] = set()
         self._sessions: set[str] = set()
 
@@ -133,7 +92,7 @@ class Access:
             if self.check_peer:
                 addresses = _local_peer(request)
                 if addresses is not None:
-                    uid = peer_uid(*addresses)
+                    uid = peers.peer_uid(*addresses)
                     if uid != os.getuid():
                         return self._refuse(request, f"a connection from uid {uid}")
             token = request.query.get("token")

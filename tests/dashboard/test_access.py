@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 from danaus.admin.views import JobView, LogsView, ProcView, TraceView
-from danaus.dashboard.access import peer_uid
+from danaus.dashboard.peers import peer_uid
 from danaus.dashboard.sources import SourceInfo, SourceUnavailable
 
 pytestmark = pytest.mark.timeout(60)
@@ -115,6 +115,7 @@ def test_a_connection_is_traced_to_the_user_who_made_it(served):
     connection.connect()
     mine = connection.sock.getsockname()
     assert peer_uid(mine, ("127.0.0.1", server.served.port)) == os.getuid()
+    assert peer_uid(mine, ("127.0.0.1", 1)) is None, "no such connection"
     connection.close()
 
 
