@@ -1,13 +1,14 @@
 # Everything runs from a virtual environment in .venv, made with the system's python3.
 # `make demo`, `make test` and `make docs` install first; the installation is redone
-# whenever pyproject.toml changes.
+# whenever pyproject.toml changes. Nothing here changes the system but `make system-deps`,
+# which installs (as root, with apt-get) the Debian packages the test suite needs, and says so.
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test docs lint clean
+.PHONY: install system-deps demo test docs lint clean
 
 install: $(STAMP)
 
@@ -15,7 +16,8 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # torch is pinned and installed on its own, before the package and its extras. pyverbs, for the
-# verbs transport on RDMA hardware, comes from the system (tools/pyverbs.sh). The ucx
+# verbs transport on RDMA hardware, comes from the system: linked here if it is there
+# (tools/pyverbs.sh; `make system-deps` installs it). The ucx
 # transport's one-sided RDMA library is compiled into the user's cache now rather than by its
 # first user; if it cannot be, ucx falls back to served transfers and says why.
 $(STAMP): pyproject.toml tools/pyverbs.sh | $(BIN)/python
@@ -24,6 +26,9 @@ $(STAMP): pyproject.toml tools/pyverbs.sh | $(BIN)/python
 	bash tools/pyverbs.sh $(VENV)
 	$(BIN)/python -m danaus.transports.ucx.rma_build || true
 	touch $@
+
+system-deps:
+	bash tools/system-deps.sh
 
 demo: install
 	$(BIN)/python examples/getting_started.py

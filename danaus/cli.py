@@ -59,7 +59,8 @@ def _job(selector: str | None) -> Any:
 
 
 def _top(args: argparse.Namespace) -> int:
-    from danaus.admin.protocol import Snapshot
+    from danaus.admin.protocol import Snapshot, Stacks, expect
+    from danaus.admin.views import StacksView
     from danaus.transports.tcp.admin import AdminClient
 
     try:
@@ -67,8 +68,14 @@ def _top(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise SystemExit(f"danaus top needs textual ({exc}): pip install 'danaus[top]'") from None
 
-    with AdminClient(_job(args.job)) as client:
-        TopApp(lambda: client.ask(Snapshot(), timeout=10), interval=args.interval).run()
+    job = _job(args.job)
+    # Stacks are asked from another thread than snapshots: each has a connection of its own.
+    with AdminClient(job) as client, AdminClient(job) as stacks_client:
+        TopApp(
+            lambda: client.ask(Snapshot(), timeout=10),
+            interval=args.interval,
+            stacks=lambda proc: expect(stacks_client.ask(Stacks(proc), timeout=10), StacksView),
+        ).run()
     return 0
 
 
@@ -81,6 +88,41 @@ def _debug(args: argparse.Namespace) -> int:
             return DebugRepl(client).run()
         except ConnectionError as exc:
             raise SystemExit(f"danaus debug: {exc}") from None
+
+
+SIM_INTERVAL = 0.25
+"""Seconds between a simulated run's views on its dashboard: replays move smoothly."""
+
+
+def _dashboard(args: argparse.Namespace) -> int:
+    import asyncio
+
+    try:
+        from danaus.dashboard.launch import run
+        from danaus.dashboard.server import INTERVAL
+    except ImportError as exc:
+        raise SystemExit(
+            f"danaus dashboard needs aiohttp ({exc}): pip install 'danaus[dashboard]'"
+        ) from None
+    source: Any
+    if args.sim is not None:
+        from danaus.dashboard.simulated import SimSource
+
+        source = SimSource(load(args.sim), args.sim, hosts=args.hosts, seed=args.seed)
+    else:
+        from danaus.dashboard.sources import JobSource
+
+        source = JobSource(_job(args.job))
+    interval = args.interval or (SIM_INTERVAL if args.sim is not None else INTERVAL)
+    try:
+        asyncio.run(
+            run(source, args.host, args.port, args.reports, interval, not args.no_browser)
+        )
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        raise SystemExit(f"danaus dashboard: {exc}") from None
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -213,6 +255,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     debug.add_argument("job", nargs="?", help="the controller's pid or job file (default: newest)")
     debug.set_defaults(handler=_debug)
+    dashboard = commands.add_parser(
+        "dashboard", help="a live web page of a running job (or of a simulated run)"
+    )
+    dashboard.add_argument(
+        "job", nargs="?", help="the controller's pid or job file (default: newest)"
+    )
+    dashboard.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback)")
+    dashboard.add_argument("--port", type=int, default=0, help="port to listen on (0: a free one)")
+    dashboard.add_argument("--no-browser", action="store_true", help="print the link only")
+    dashboard.add_argument(
+        "--interval",
+        type=float,
+        help="seconds between refreshes while a page is open (1; 0.25 for a simulation)",
+    )
+    dashboard.add_argument(
+        "--reports",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a report file or a directory of them to serve beside the job (repeatable)",
+    )
+    dashboard.add_argument(
+        "--sim", metavar="PATH::FUNCTION", help="show this program's run on the simulator instead"
+    )
+    dashboard.add_argument("--seed", type=int, default=0, help="the simulated run's seed")
+    dashboard.add_argument("--hosts", type=int, default=1, help="the simulated run's hosts")
+    dashboard.set_defaults(handler=_dashboard)
     worker = commands.add_parser(
         "worker", help="serve as this host's worker: wait for a controller to attach"
     )

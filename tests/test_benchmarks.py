@@ -160,6 +160,23 @@ def test_top_overhead_small() -> None:
         assert row[key]["median"] > 0, (key, row)
 
 
+def test_dashboard_overhead_small() -> None:
+    """A few procs with the dashboard's event stream open: every figure it promises."""
+    [row] = run_benchmark(
+        "dashboard_overhead.py",
+        *("--procs", "3", "--rounds", "1", "--quick", "--client", "events"),
+        *("--dumps", "2", "--idle-seconds", "0.5", "--profile-seconds", "0.5"),
+    )
+    assert row["benchmark"] == "dashboard_overhead" and row["procs_on_the_page"] == 8
+    for name, figure in row["messaging"].items():
+        assert figure["closed"] > 0 and figure["open"] > 0, (name, row)
+    assert row["idle_cpu"]["dashboard_server_open_cpu_ms_per_s"] >= 0
+    stacks = row["stacks_of_a_busy_proc"]
+    for key in ("admin_request_s", "page_request_s", "proc_walks_its_frames_s"):
+        assert 0 < stacks[key]["median"] < 30, (key, row)
+    assert stacks["profile_at_100hz"]["samples"] > 0
+
+
 def test_multihost_small() -> None:
     """Three namespace hosts on tcp: one line per figure (or one saying why it cannot run)."""
     rows = run_benchmark(

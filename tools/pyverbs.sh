@@ -1,23 +1,18 @@
 #!/usr/bin/env bash
 # Make Debian's pyverbs (rdma-core's Python bindings, which the verbs transport uses on RDMA
-# hardware) importable in the virtual environment given as $1. As root with apt-get, install
-# python3-pyverbs first. The environment gets a .pth naming a directory that holds a link to the
-# pyverbs package alone, not the rest of the system's packages. Where pyverbs is missing or does
-# not import for this Python, nothing is linked, and the tests that need it are skipped.
+# hardware) importable in the virtual environment given as $1, if the system has it (the package
+# python3-pyverbs: `make system-deps` installs it; this script installs nothing). The environment
+# gets a .pth naming a directory that holds a link to the pyverbs package alone, not the rest of
+# the system's packages. Where pyverbs is missing or does not import for this Python, nothing is
+# linked, and the tests that need it are skipped.
 set -euo pipefail
 
 venv=$1
 system=/usr/lib/python3/dist-packages/pyverbs
 
-if [ ! -d "$system" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y --no-install-recommends python3-pyverbs >/dev/null 2>&1 ||
-        { apt-get update >/dev/null 2>&1 &&
-          apt-get install -y --no-install-recommends python3-pyverbs >/dev/null 2>&1; } ||
-        true
-fi
 if [ ! -d "$system" ]; then
-    echo "pyverbs is not installed: the verbs transport's tests on pyverbs will be skipped"
+    echo "pyverbs is not installed (make system-deps installs it):" \
+        "the verbs transport's tests on pyverbs will be skipped"
     exit 0
 fi
 

@@ -175,11 +175,14 @@ class TopModel:
             for a in p.actors:
                 members.setdefault(a.mesh_id, []).append(a)
                 names[a.mesh_id] = a.mesh
-            for f in p.failures:
-                if f.mesh is not None:
-                    mesh_id = f.what.rpartition("/")[0]
-                    failed[mesh_id] += 1
-                    names.setdefault(mesh_id, f.mesh)
+        # A failed member is listed by its own proc and by its owner's: count each one once,
+        # while a proc still lists it (until a restart replaces it).
+        current = {(f.proc, f.what): f for p in self.view.procs for f in p.failures}
+        for f in current.values():
+            if f.mesh is not None:
+                mesh_id = f.what.rpartition("/")[0]
+                failed[mesh_id] += 1
+                names.setdefault(mesh_id, f.mesh)
         rows = []
         for mesh_id, name in names.items():
             actors = members.get(mesh_id, [])

@@ -1,5 +1,7 @@
 """What a proc reports about itself when the controller asks (through ``ProcAgent.probe``).
 
+(Its threads' stacks, asked for one proc at a time, are `danaus.admin.stacks`.)
+
 Cheap by design: it reads counters the runtime keeps anyway and two numbers
 from the OS, so asking 64 procs once a second costs the job next to nothing.
 """
@@ -18,6 +20,7 @@ from danaus.admin.views import ActorView, FailureView, ProcView
 if TYPE_CHECKING:
     from danaus.core.instance import Instance
     from danaus.core.runtime import Runtime
+    from danaus.core.supervision import MeshFailure
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
@@ -45,14 +48,29 @@ def actor_view(instance: Instance) -> ActorView:
     )
 
 
+def failure_view(failure: MeshFailure) -> FailureView:
+    return FailureView(
+        proc=failure.proc,
+        what=failure.actor_id,
+        cause=failure.cause,
+        mesh=failure.mesh_name,
+        rank=failure.rank.rank,
+        coords=dict(failure.rank),
+        report=failure.report(),
+        actor_class=failure.actor_class,
+    )
+
+
 def proc_view(runtime: Runtime) -> ProcView:
-    """``runtime``'s proc now: its process's CPU and memory, its actors, its failures."""
-    failures = [
-        FailureView(proc=f.proc, what=f.actor_id, cause=f.cause, mesh=f.mesh_name, rank=f.rank.rank)
-        for f in runtime.failures()
-    ]
+    """``runtime``'s proc now: its process's CPU and memory, its actors, its failures.
+
+    The failures are those of actors that failed here, those of members of
+    meshes that actors here own (a member on a proc that was killed cannot say
+    so itself), and the procs this one learned are gone, but for clean exits.
+    """
+    failures = [failure_view(f) for f in [*runtime.failures(), *runtime.supervisor.failures()]]
     failures += [
-        FailureView(proc=loss.proc, what=loss.proc, cause=loss.describe())
+        FailureView(proc=loss.proc, what=loss.proc, cause=loss.describe(), report=loss.describe())
         for loss in runtime.losses()
         if loss.exit_code != 0
     ]

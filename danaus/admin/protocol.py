@@ -1,4 +1,4 @@
-"""The admin protocol: what `danaus top` and `danaus debug` ask a job's controller, and answers.
+"""The admin protocol: what `danaus top`, `danaus debug` and the dashboard ask a controller.
 
 Requests and answers are msgpack, decoded against these types only: nothing a
 tool sends is unpickled. Each message is one frame.
@@ -6,9 +6,18 @@ tool sends is unpickled. Each message is one frame.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import msgspec
 
-from danaus.admin.views import JobView, SessionView
+from danaus.admin.views import (
+    JobView,
+    LogsView,
+    ProfileView,
+    SessionView,
+    StacksView,
+    TraceView,
+)
 from danaus.debug.sessions import DebugOutput
 
 
@@ -33,7 +42,31 @@ class SendLine(msgspec.Struct, frozen=True, tag="send"):
     line: str
 
 
-Request = Snapshot | ListSessions | ReadSession | SendLine
+class Stacks(msgspec.Struct, frozen=True, tag="stacks"):
+    """The Python stack of every thread of ``proc`` now (`StacksView`)."""
+
+    proc: str
+
+
+class Profile(msgspec.Struct, frozen=True, tag="profile"):
+    """Samples of ``proc``'s stacks for ``seconds``, ``hz`` a second (`ProfileView`)."""
+
+    proc: str
+    seconds: float
+    hz: float
+
+
+class Logs(msgspec.Struct, frozen=True, tag="logs"):
+    """The lines procs printed after line number ``after`` (`LogsView`)."""
+
+    after: int
+
+
+class Trace(msgspec.Struct, frozen=True, tag="trace"):
+    """The job's trace so far (`TraceView`)."""
+
+
+Request = Snapshot | ListSessions | ReadSession | SendLine | Stacks | Profile | Logs | Trace
 
 
 class Sessions(msgspec.Struct, frozen=True, tag="session-list"):
@@ -46,7 +79,25 @@ class Refused(msgspec.Struct, frozen=True, tag="refused"):
     reason: str
 
 
-Answer = JobView | Sessions | DebugOutput | Refused
+Answer = (
+    JobView | Sessions | DebugOutput | StacksView | ProfileView | LogsView | TraceView | Refused
+)
+
+A = TypeVar("A")
+
+
+class RequestRefused(Exception):
+    """The controller refused a request (`Refused`), or answered it with something unexpected."""
+
+
+def expect(answer: Answer, kind: type[A]) -> A:
+    """``answer`` if it is a ``kind``; else `RequestRefused` with the controller's reason."""
+    if isinstance(answer, kind):
+        return answer
+    if isinstance(answer, Refused):
+        raise RequestRefused(answer.reason)
+    raise RequestRefused(f"expected {kind.__name__}, got {type(answer).__name__}")
+
 
 _encoder = msgspec.msgpack.Encoder()
 _requests = msgspec.msgpack.Decoder(Request)

@@ -3,7 +3,9 @@
 It asks the job's controller for a snapshot every ``interval`` seconds (in a
 thread, so the screen never waits on the job) and shows the `TopModel`'s rows:
 hosts, procs, actor meshes, actors, failures and ranks stopped at
-``breakpoint()``. Keys: ``q`` quits, ``p`` pauses and resumes the refresh.
+``breakpoint()``. Keys: ``q`` quits, ``p`` pauses and resumes the refresh,
+``s`` shows the Python stack of every thread of the proc under the cursor of
+the procs table (`danaus.admin.stacks`; ``escape`` goes back).
 """
 
 from __future__ import annotations
@@ -14,16 +16,20 @@ from typing import Any, ClassVar
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Header, Label, Static
 
 from danaus.admin.model import TopModel
-from danaus.admin.views import JobView
+from danaus.admin.stacks import format_stacks
+from danaus.admin.views import JobView, StacksView
 
 INTERVAL = 1.0
 """Seconds between snapshots."""
 
 Source = Callable[[], JobView]
 """Where snapshots come from: the admin socket, or anything that makes `JobView` s."""
+StacksSource = Callable[[str], StacksView]
+"""Where a proc's stacks come from, by proc id."""
 
 TABLES: dict[str, tuple[str, ...]] = {
     "hosts": ("host", "procs", "actors", "CPU %", "RSS MiB"),
@@ -74,8 +80,27 @@ def rows(model: TopModel, table: str) -> list[tuple[Any, ...]]:
     ]
 
 
+class StacksScreen(ModalScreen[None]):
+    """One proc's stacks, over the tables until ``escape``."""
+
+    BINDINGS: ClassVar[list[Binding]] = [Binding("escape", "app.pop_screen", "back")]
+    DEFAULT_CSS = """
+    StacksScreen { align: center middle; }
+    StacksScreen > VerticalScroll { width: 95%; height: 90%; border: round $accent; }
+    """
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(self.text, id="stacks", markup=False)
+        yield Footer()
+
+
 class TopApp(App[None]):
-    """The terminal view; ``source`` gives one snapshot per call."""
+    """The terminal view; ``source`` gives one snapshot per call, ``stacks`` a proc's stacks."""
 
     TITLE = "danaus top"
     CSS = """
@@ -86,11 +111,15 @@ class TopApp(App[None]):
     BINDINGS: ClassVar[list[Binding]] = [
         Binding("q", "quit", "quit"),
         Binding("p", "pause", "pause/resume"),
+        Binding("s", "stacks", "stacks of the proc under the cursor"),
     ]
 
-    def __init__(self, source: Source, interval: float = INTERVAL) -> None:
+    def __init__(
+        self, source: Source, interval: float = INTERVAL, stacks: StacksSource | None = None
+    ) -> None:
         super().__init__()
         self.source = source
+        self.stacks = stacks
         self.interval = interval
         self.model = TopModel()
         self.paused = False
@@ -116,6 +145,22 @@ class TopApp(App[None]):
         self.query_one("#summary", Static).update(
             "paused (p resumes)" if self.paused else self.model.summary()
         )
+
+    def action_stacks(self) -> None:
+        """Ask for the stacks of the proc under the procs table's cursor, off the screen thread."""
+        table = self.query_one("#procs", DataTable)
+        if self.stacks is None or table.row_count == 0:
+            return
+        proc = str(table.get_row_at(table.cursor_row)[0])
+        self.run_worker(lambda: self._fetch_stacks(proc), thread=True, group="stacks")
+
+    def _fetch_stacks(self, proc: str) -> None:
+        assert self.stacks is not None
+        try:
+            text = format_stacks(self.stacks(proc))
+        except Exception as exc:
+            text = f"no stacks of proc {proc}: {exc}"
+        self.call_from_thread(self.push_screen, StacksScreen(text))
 
     def fetch(self) -> None:
         """Ask for a snapshot off the screen's thread; one at a time."""

@@ -38,6 +38,10 @@ class Supervisor:
         for proc in dict.fromkeys(owned.mesh._members()):
             self.runtime.watch(proc)
 
+    def failures(self) -> list[MeshFailure]:
+        """The failed members of the meshes watched here (until a restart replaces them)."""
+        return [f for owned in list(self._owned.values()) for f in list(owned.failed.values())]
+
     def release(self, mesh_id: str) -> None:
         """Stop watching a mesh (it is being stopped: what follows is not a failure)."""
         if self._owned.pop(mesh_id, None) is not None:

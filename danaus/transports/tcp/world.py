@@ -291,6 +291,7 @@ class TcpWorld(World):
             lambda: world._make_runtime({PROC_AGENT: ProcAgent, HOST_AGENT: HostAgent})
         )
         world.admin = AdminService(world)
+        world.output = world.admin.logs.tee(world.output)
         if world.admin_socket is not None:
             world.admin_socket.publish()
         return world
