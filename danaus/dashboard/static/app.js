@@ -454,7 +454,7 @@
       where === "topology"
         ? action("a", f.kind === "proc" ? "select-proc" : "select-actor", failureName(f), { proc: f.proc, actor: f.what })
         : action("a", "open-failure", failureName(f), { key: f.key });
-    return el("div", { class: "related" }, el("span", { text: lead }), ...links.map(link));
+    return el("div", { class: "related" }, el("span", { text: `${lead} ` }), ...links.map(link));
   }
 
   function failureBlock(key) {
