@@ -50,6 +50,7 @@ from danaus.transports.tcp.allocator import proc_environment
 from danaus.transports.tcp.budget import ProcBudget
 from danaus.transports.tcp.forkserver import POOL, ForkServer
 from danaus.transports.tcp.ioloop import Settle, settler
+from danaus.wording import counted
 
 if TYPE_CHECKING:
     from danaus.transports.tcp.bootstrap import Bootstrap
@@ -216,7 +217,7 @@ class LocalLauncher(Launcher):
         waits = self._each(self._starter.call_soon, self._start, specs)
         for spec, wait in zip(specs, waits):
             wait.add_done_callback(functools.partial(self._up, spec.proc_id))
-        with Progress(f"starting {len(specs)} procs", len(specs)) as progress:
+        with Progress(f"starting {counted(len(specs), 'proc')}", len(specs)) as progress:
             for wait in waits:
                 wait.add_done_callback(lambda _: progress.advance())
             try:
