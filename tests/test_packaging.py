@@ -12,12 +12,12 @@ import importlib.metadata
 import os
 import subprocess
 import sys
-import tomllib
 import venv
 import zipfile
 from pathlib import Path
 
 import pytest
+import tomllib
 
 import danaus
 
@@ -27,7 +27,8 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 def test_the_version_is_the_same_everywhere():
     assert danaus.__version__ == importlib.metadata.version("danaus")
-    for command in ([sys.executable, "-m", "danaus"], [str(Path(sys.executable).parent / "danaus")]):
+    script = Path(sys.executable).parent / "danaus"
+    for command in ([sys.executable, "-m", "danaus"], [str(script)]):
         shown = subprocess.run(
             [*command, "--version"], capture_output=True, text=True, timeout=60, check=True
         )
