@@ -22,6 +22,21 @@ import tomllib
 import danaus
 
 ROOT = Path(__file__).resolve().parent.parent
+TYPED_USE = """
+from typing import assert_type
+
+from danaus import Actor, Future, ValueMesh, endpoint, this_host
+
+
+class Trainer(Actor):
+    @endpoint
+    def train(self, step: int) -> str:
+        return str(step)
+
+
+trainers = this_host().spawn_procs().spawn("trainers", Trainer)
+assert_type(trainers.train.call(step=0), Future[ValueMesh[str]])
+"""
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
@@ -112,6 +127,16 @@ def test_the_wheel_builds_without_warnings_and_runs_the_demo_in_a_fresh_venv(tmp
         [str(python), "-c", "import danaus, torch"], cwd=tmp_path, capture_output=True, text=True
     )
     assert "No module named 'torch'" in located.stderr  # the package alone, nothing else
+    # py.typed: mypy finds the installed package, and its types.
+    (tmp_path / "uses.py").write_text(TYPED_USE)
+    checked = subprocess.run(
+        [str(Path(sys.executable).parent / "mypy"), "--python-executable", str(python), "uses.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert checked.returncode == 0, checked.stdout
     version = subprocess.run(
         [str(fresh / "bin" / "danaus"), "--version"], capture_output=True, text=True, timeout=60
     )
