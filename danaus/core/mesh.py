@@ -412,7 +412,8 @@ class ProcMesh(_Mesh):
             child.end(with_procs=True)
         with contextlib.suppress(SupervisionError):
             await _proc_agents(self).stop_all.call(timeout)
-        await self._host_mesh._agents().stop_procs.call(self._mesh_id, timeout)
+        with contextlib.suppress(SupervisionError):  # a lost host's procs are gone with it
+            await self._host_mesh._agents().stop_procs.call(self._mesh_id, timeout)
         for replacement in owned.replacements:
             await replacement._owner_view().stop()
 

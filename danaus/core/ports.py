@@ -122,7 +122,7 @@ class ReplyHandler(PortHandler):
             error = SupervisionError(
                 f"Endpoint call {self.mesh_name}.{self.method}() failed, The actor "
                 f"{self.mesh_name} on proc {proc} and all its descendants have failed: "
-                f"{error.failure.actor_cause()} ({error})",
+                f"{error.failure.actor_cause()} ({error.failure.where()})",
                 error.failure,
             )
         for rank in sorted(r for r in self.remaining if self.procs[r] == proc):

@@ -34,7 +34,7 @@ import msgspec
 import zmq
 
 from danaus import tracing
-from danaus.core import awake, home_cpu
+from danaus.core import awake, home_cpu, last_words
 from danaus.core.agents import HOST_AGENT, PROC_AGENT, HostAgent, ProcAgent
 from danaus.core.attach import ATTACH_TIMEOUT
 from danaus.core.blocking import ActorThread
@@ -280,6 +280,7 @@ class TcpWorld(World):
         world.transport.on_control = world._controller_control
         world.attacher = Attacher(world.context, world.io, world.directory)
         world.directory.register_local(ROOT, world.transport.address, os.getpid(), world.host)
+        last_words.install()
         world.io.start()
         world._loop_thread = threading.Thread(
             target=world._run_loop, name="danaus-runtime", daemon=True
@@ -469,7 +470,7 @@ class TcpWorld(World):
     def exit_now(self, code: int) -> NoReturn:
         """End this worker at once, and every proc it started (I/O thread, or any)."""
         self.launcher.kill_all()
-        _flush()
+        last_words.flush()
         os._exit(code)
 
     # ---- attaching workers (controller) ------------------------------------------------
@@ -612,7 +613,7 @@ class TcpWorld(World):
         await cancel_leftover_tasks()
 
     def exit_proc(self, runtime: Runtime, code: int) -> None:
-        _flush()
+        last_words.flush()
         os._exit(code)
 
     def abort(self, status: int) -> NoReturn:
@@ -625,17 +626,11 @@ class TcpWorld(World):
         if self._loop_thread is not None:
             self._stop_children()
             self._release_attached(1.0)
-        _flush()
-        os._exit(status)
+        with last_words.ending():
+            os._exit(status)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.proc_id} at {self.transport.address.control}>"
-
-
-def _flush() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
 
 
 def _write_output(stream: int, text: str) -> None:
