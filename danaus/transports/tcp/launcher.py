@@ -525,12 +525,11 @@ def _check_process_limit(count: int) -> None:
     if soft == resource.RLIM_INFINITY or os.geteuid() == 0:
         return
     uid = os.getuid()
-    used = 0
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if os.stat(entry.path).st_uid == uid:
-                    used += len(os.listdir(f"{entry.path}/task"))
+    used = sum(
+        process.info["num_threads"] or 0
+        for process in psutil.process_iter(["uids", "num_threads"])
+        if process.info["uids"] is not None and process.info["uids"].real == uid
+    )
     needed = count * THREADS_PER_PROC
     if used + needed > soft:
         raise RuntimeError(
