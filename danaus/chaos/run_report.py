@@ -98,7 +98,7 @@ def _figures(report: RunReport) -> str:
         ("wall-clock time", f"{report.elapsed:.1f} s"),
         ("seeds per minute", f"{report.seeds_per_minute:,.0f}"),
     ]
-    cells = "".join(f'<tr><th>{name}</th><td class="num">{value}</td></tr>' for name, value in rows)
+    cells = "".join(f"<tr><th>{name}</th><td>{value}</td></tr>" for name, value in rows)
     return f'<table class="figures">{cells}</table>'
 
 
