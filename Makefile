@@ -1,12 +1,15 @@
 # Everything runs from a virtual environment in .venv, made with the system's python3.
-# `make demo`, `make test` and `make docs` install first; the installation is redone
-# whenever pyproject.toml changes. Nothing here changes the system but `make system-deps`,
-# which installs (as root, with apt-get) the Debian packages the test suite needs, and says so.
+# `make demo` installs the package alone; `make install`, `make test`, `make docs` and
+# `make lint` install everything the test suite and the docs need. Each installation is
+# redone whenever pyproject.toml changes. Nothing here changes the system but
+# `make system-deps`, which installs (as root, with apt-get) the Debian packages the test
+# suite needs, and says so.
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+PACKAGE_STAMP := $(VENV)/.installed-package
 
 .PHONY: install system-deps demo test docs lint clean
 
@@ -14,6 +17,11 @@ install: $(STAMP)
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
+
+# The demo needs the package and its dependencies only (no torch, ucx, test or docs tools).
+$(PACKAGE_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -e .
+	touch $@
 
 # torch is pinned and installed on its own, before the package and its extras. pyverbs, for the
 # verbs transport on RDMA hardware, comes from the system: linked here if it is there
@@ -25,12 +33,12 @@ $(STAMP): pyproject.toml tools/pyverbs.sh | $(BIN)/python
 	$(BIN)/pip install -e ".[test,docs,ucx]"
 	bash tools/pyverbs.sh $(VENV)
 	$(BIN)/python -m danaus.transports.ucx.rma_build || true
-	touch $@
+	touch $@ $(PACKAGE_STAMP)
 
 system-deps:
 	bash tools/system-deps.sh
 
-demo: install
+demo: $(PACKAGE_STAMP)
 	$(BIN)/python examples/getting_started.py
 
 test: install
@@ -43,4 +51,4 @@ lint: install
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf site .pytest_cache .ruff_cache
+	rm -rf site build dist .pytest_cache .ruff_cache

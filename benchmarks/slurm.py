@@ -10,7 +10,7 @@ JSON line, ``slurm_mesh_up``: the medians, minima and maxima over the runs of
 ``mesh_up_s`` (apply to every actor answered), of ``apply_s`` (its part until
 every worker listens) and of ``kill_s``.
 
-Without root or SLURM (and apt-get to install it), prints one line saying why, and exits 0.
+Without root or SLURM (`make system-deps` installs it), prints one line saying why, and exits 0.
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ class Peer(Actor):
 def unavailable() -> str | None:
     if os.geteuid() != 0:
         return "needs root (to start munged and slurmd)"
-    if shutil.which("slurmctld") is None and shutil.which("apt-get") is None:
-        return "SLURM is not installed, and apt-get is not available to install it"
+    if shutil.which("slurmctld") is None or shutil.which("munged") is None:
+        return "SLURM is not installed (slurm-wlm and munge: make system-deps)"
     return None
 
 

@@ -37,6 +37,9 @@ from danaus.core.supervision import MeshFailure, RestartPolicy
 from danaus.core.undeliverable import UndeliverableMessageEnvelope
 from danaus.core.value_mesh import ValueMesh
 
+__version__ = "0.1.0"
+"""The version of Danaus (also ``danaus --version``; the package metadata reads it from here)."""
+
 __all__ = [
     "Accumulator",
     "Actor",

@@ -1,4 +1,8 @@
-"""The ``danaus`` command."""
+"""The ``danaus`` command: run programs on the simulator or for real, watch and debug running
+jobs, serve as a host's worker, manage jobs and keys, and run chaos scenarios.
+
+Every command's mistakes are one line on stderr (`danaus.argparsing`).
+"""
 
 from __future__ import annotations
 
@@ -11,16 +15,23 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from danaus.argparsing import TRACE_HELP, CommandError, Parser, UsageError, positive_int
+from danaus.wording import counted
 
+DESCRIPTION = (
+    "Run single-controller distributed programs on meshes of actors: on the simulator "
+    "(sim), for real (run), under faults (chaos); watch (top) and debug (debug) a running "
+    "job; serve a host as a worker (worker); manage jobs (job) and their keys (key)."
+)
 def load(target: str) -> Callable[..., Any]:
     """Load ``path/to/file.py::name`` (or ``package.module::name``)."""
     location, sep, name = target.partition("::")
     if not sep or not name:
-        raise SystemExit(f"expected PATH::NAME, got {target!r}")
+        raise UsageError(f"expected PATH.py::NAME or module::NAME, got {target!r}")
     if location.endswith(".py"):
         path = Path(location).resolve()
-        if not path.exists():
-            raise SystemExit(f"no such file: {location}")
+        if not path.is_file():
+            raise UsageError(f"no such file: {location}")
         module_name = path.stem
         sys.path.insert(0, str(path.parent))
         spec = importlib.util.spec_from_file_location(module_name, path)
@@ -29,20 +40,26 @@ def load(target: str) -> Callable[..., Any]:
         sys.modules[module_name] = module
         spec.loader.exec_module(module)
     else:
-        module = importlib.import_module(location)
+        try:
+            module = importlib.import_module(location)
+        except ModuleNotFoundError as exc:
+            raise UsageError(f"no module {location!r} ({exc})") from None
     try:
         return getattr(module, name)
     except AttributeError:
-        raise SystemExit(f"{location} has no {name!r}") from None
+        raise UsageError(f"{location} has no {name!r}") from None
 
 
 def _sim(args: argparse.Namespace) -> int:
     import danaus.sim
+    from danaus.tracing import write
 
     main = load(args.target)
+    if not callable(main):
+        raise UsageError(f"{args.target} is not a function but {type(main).__name__}")
     result = danaus.sim.run(main, hosts=args.hosts, seed=args.seed)
-    if args.trace:
-        result.trace.write(args.trace)
+    for path in args.trace:
+        write(result.trace.events, path, f"{args.target} seed {args.seed}")
     print(f"result: {result.value!r}")
     print(f"simulated time: {result.time:.6f} s, {len(result.trace)} trace events")
     print(f"trace digest: {result.digest}")
@@ -55,7 +72,7 @@ def _job(selector: str | None) -> Any:
     try:
         return jobfile.find(selector)
     except (LookupError, PermissionError, ValueError) as exc:
-        raise SystemExit(str(exc)) from None
+        raise CommandError(str(exc)) from None
 
 
 def _top(args: argparse.Namespace) -> int:
@@ -66,7 +83,7 @@ def _top(args: argparse.Namespace) -> int:
     try:
         from danaus.admin.top import TopApp
     except ImportError as exc:
-        raise SystemExit(f"danaus top needs textual ({exc}): pip install 'danaus[top]'") from None
+        raise CommandError(f"needs textual ({exc}): pip install 'danaus[top]'") from None
 
     job = _job(args.job)
     # Stacks are asked from another thread than snapshots: each has a connection of its own.
@@ -87,7 +104,7 @@ def _debug(args: argparse.Namespace) -> int:
         try:
             return DebugRepl(client).run()
         except ConnectionError as exc:
-            raise SystemExit(f"danaus debug: {exc}") from None
+            raise CommandError(str(exc)) from None
 
 
 SIM_INTERVAL = 0.25
@@ -101,9 +118,7 @@ def _dashboard(args: argparse.Namespace) -> int:
         from danaus.dashboard.launch import run
         from danaus.dashboard.server import INTERVAL
     except ImportError as exc:
-        raise SystemExit(
-            f"danaus dashboard needs aiohttp ({exc}): pip install 'danaus[dashboard]'"
-        ) from None
+        raise CommandError(f"needs aiohttp ({exc}): pip install 'danaus[dashboard]'") from None
     source: Any
     if args.sim is not None:
         from danaus.dashboard.simulated import SimSource
@@ -121,7 +136,7 @@ def _dashboard(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     except OSError as exc:
-        raise SystemExit(f"danaus dashboard: {exc}") from None
+        raise CommandError(str(exc)) from None
     return 0
 
 
@@ -129,16 +144,18 @@ def _run(args: argparse.Namespace) -> int:
     import danaus
     from danaus.tracing import ENVIRONMENT
 
+    if not os.path.isfile(args.script):
+        raise UsageError(f"no such file: {args.script}")
     if args.trace:
-        os.environ[ENVIRONMENT] = os.path.abspath(args.trace)
+        os.environ[ENVIRONMENT] = os.pathsep.join(os.path.abspath(path) for path in args.trace)
     sys.argv = [args.script, *args.args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
     try:
         runpy.run_path(args.script, run_name="__main__")
     finally:
         danaus.shutdown()
-    if args.trace:
-        print(f"trace: {args.trace}", file=sys.stderr)
+    for path in args.trace:
+        print(f"trace: {path}", file=sys.stderr)
     return 0
 
 
@@ -154,7 +171,7 @@ def _worker(args: argparse.Namespace) -> int:
             address_file=args.address_file,
         )
     except (ValueError, PermissionError) as exc:
-        raise SystemExit(f"danaus worker: {exc}") from None
+        raise UsageError(str(exc)) from None
     return 0
 
 
@@ -166,10 +183,10 @@ def _jobs(args: argparse.Namespace) -> int:
         if args.action == "apply":
             job = load(args.target)
             if not isinstance(job, jobs.Job):
-                raise SystemExit(f"{args.target} is not a danaus.job.Job but {type(job).__name__}")
+                raise UsageError(f"{args.target} is not a danaus.job.Job but {type(job).__name__}")
             if args.script is not None:
                 if not isinstance(job, jobs.SlurmJob):
-                    raise SystemExit("--script (batch mode) needs a SlurmJob")
+                    raise UsageError("--script (batch mode) needs a SlurmJob")
                 job.apply(client_script=args.script, args=args.args)
             else:
                 job.apply()
@@ -179,14 +196,15 @@ def _jobs(args: argparse.Namespace) -> int:
             state, addresses = job.state(), job.addresses()
             for name in state:
                 state[name].initialized.get(timeout=args.timeout)
-                print(f"{name}: {len(state[name])} hosts, attached: {' '.join(addresses[name])}")
+                hosts = counted(len(state[name]), "host")
+                print(f"{name}: {hosts}, attached: {' '.join(addresses[name])}")
             danaus.shutdown()
         else:
             job = jobs.load(args.dir)
             job.kill()
             print(f"killed the {job.kind} job in {job.directory}")
     except (jobs.JobNotApplied, jobs.SchedulerMissing, RuntimeError, ValueError) as exc:
-        raise SystemExit(f"danaus job {args.action}: {exc}") from None
+        raise CommandError(str(exc)) from None
     return 0
 
 
@@ -199,64 +217,76 @@ def _key(args: argparse.Namespace) -> int:
     try:
         make_job_key(args.out)
     except FileExistsError:
-        raise SystemExit(
-            f"danaus key: {args.out} exists already; a key is never overwritten"
-        ) from None
+        raise UsageError(f"{args.out} exists already; a key is never overwritten") from None
     print(f"wrote a new job key to {args.out} (readable by you only)")
     return 0
 
 
+def _command(commands: Any, name: str, handler: Callable[..., int], **kwargs: Any) -> Parser:
+    """A command (or sub-command) that runs ``handler``; its mistakes are reported as its own."""
+    parser: Parser = commands.add_parser(name, **kwargs)
+    parser.set_defaults(handler=handler, command=parser)
+    return parser
+
+
 def add_job_commands(commands: Any) -> None:
     """``danaus job apply|state|kill``."""
+    from danaus.job.base import DEFAULT_DIRECTORY
+
     job = commands.add_parser("job", help="apply a job (local, SLURM, Kubernetes), see it, kill it")
-    actions = job.add_subparsers(dest="action", required=True)
-    apply = actions.add_parser("apply", help="start the job's hosts (and its batch script)")
+    actions = job.add_subparsers(dest="action", required=True, metavar="ACTION")
+    apply = _command(actions, "apply", _jobs, help="start the job's hosts (and its batch script)")
     apply.add_argument("target", help="PATH.py::NAME or module::NAME naming a danaus.job.Job")
     apply.add_argument(
         "--script", help="SLURM batch mode: run this controller script inside the allocation"
     )
     apply.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
-    apply.set_defaults(handler=_jobs)
-    state = actions.add_parser("state", help="attach to the job's workers and list its meshes")
-    state.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for them")
-    kill = actions.add_parser("kill", help="end every worker and allocation of the job")
-    for action in (state, kill):
-        action.add_argument(
-            "--dir", default=None, help="the job's directory (default: .danaus/job)"
-        )
-        action.set_defaults(handler=_jobs)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="danaus", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    sim = commands.add_parser(
-        "sim", help="run a program on the simulator and print its trace digest"
+    state = _command(
+        actions, "state", _jobs, help="attach to the job's workers and list its meshes"
     )
-    sim.add_argument("target", help="PATH::FUNCTION, the controller's main")
-    sim.add_argument("--hosts", type=int, default=1)
-    sim.add_argument("--seed", type=int, default=0)
-    sim.add_argument("--trace", help="write the trace as JSON lines to this file")
-    sim.set_defaults(handler=_sim)
-    run = commands.add_parser("run", help="run a controller script (optionally tracing it)")
+    state.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for them")
+    kill = _command(actions, "kill", _jobs, help="end every worker and allocation of the job")
+    for action in (state, kill):
+        action.add_argument("--dir", default=str(DEFAULT_DIRECTORY), help="the job's directory")
+
+
+def parser() -> Parser:
+    """The ``danaus`` command's parser, with every command."""
+    from danaus import __version__
+    from danaus.chaos.cli import add_commands
+
+    top_level = Parser(prog="danaus", description=DESCRIPTION)
+    top_level.add_argument("--version", action="version", version=f"danaus {__version__}")
+    commands = top_level.add_subparsers(dest="name", required=True, metavar="COMMAND")
+    sim = _command(
+        commands, "sim", _sim, help="run a program on the simulator and print its trace digest"
+    )
+    sim.add_argument("target", help="PATH.py::FUNCTION or module::FUNCTION, the controller's main")
+    sim.add_argument("--hosts", type=positive_int, default=1, help="simulated hosts")
+    sim.add_argument("--seed", type=int, default=0, help="the seed of the network and faults")
+    sim.add_argument("--trace", metavar="FILE", action="append", default=[], help=TRACE_HELP)
+    run = _command(commands, "run", _run, help="run a controller script (optionally tracing it)")
     run.add_argument("script", help="the controller script")
     run.add_argument("args", nargs=argparse.REMAINDER, help="the script's arguments")
     run.add_argument(
-        "--trace", metavar="FILE", help="record every proc's events and write them here at exit "
-        "(Perfetto JSON; JSON lines if FILE ends in .jsonl)"
+        "--trace",
+        metavar="FILE",
+        action="append",
+        default=[],
+        help=f"record every proc's events; at exit, {TRACE_HELP}",
     )
-    run.set_defaults(handler=_run)
-    top = commands.add_parser("top", help="watch a running job: procs, actors, failures")
+    top = _command(commands, "top", _top, help="watch a running job: procs, actors, failures")
     top.add_argument("job", nargs="?", help="the controller's pid or job file (default: newest)")
     top.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes")
-    top.set_defaults(handler=_top)
-    debug = commands.add_parser(
-        "debug", help="attach to ranks of a running job stopped at breakpoint()"
+    debug = _command(
+        commands, "debug", _debug, help="attach to ranks of a running job stopped at breakpoint()"
     )
     debug.add_argument("job", nargs="?", help="the controller's pid or job file (default: newest)")
-    debug.set_defaults(handler=_debug)
-    dashboard = commands.add_parser(
-        "dashboard", help="a live web page of a running job (or of a simulated run)"
+    dashboard = _command(
+        commands,
+        "dashboard",
+        _dashboard,
+        help="a live web page of a running job (or of a simulated run)",
     )
     dashboard.add_argument(
         "job", nargs="?", help="the controller's pid or job file (default: newest)"
@@ -280,10 +310,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--sim", metavar="PATH::FUNCTION", help="show this program's run on the simulator instead"
     )
     dashboard.add_argument("--seed", type=int, default=0, help="the simulated run's seed")
-    dashboard.add_argument("--hosts", type=int, default=1, help="the simulated run's hosts")
-    dashboard.set_defaults(handler=_dashboard)
-    worker = commands.add_parser(
-        "worker", help="serve as this host's worker: wait for a controller to attach"
+    dashboard.add_argument(
+        "--hosts", type=positive_int, default=1, help="the simulated run's hosts"
+    )
+    worker = _command(
+        commands, "worker", _worker, help="serve as this host's worker: wait for a controller"
     )
     worker.add_argument(
         "--listen", required=True, help="ADDRESS[:PORT] of this host to listen on (port 26600)"
@@ -302,16 +333,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="write the address it listens on to this file once it listens "
         "(with port 0, which picks a free port)",
     )
-    worker.set_defaults(handler=_worker)
-    key = commands.add_parser("key", help="make a new job key for workers and their controller")
+    key = _command(
+        commands, "key", _key, help="make a new job key for workers and their controller"
+    )
     key.add_argument("--out", help="write it to this new file (mode 600) instead of stdout")
-    key.set_defaults(handler=_key)
     add_job_commands(commands)
-    from danaus.chaos.cli import add_commands
+    add_commands(commands, load, _command)
+    return top_level
 
-    add_commands(commands, load)
-    args = parser.parse_args(argv)
-    return args.handler(args)
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except CommandError as error:
+        return args.command.fail(error)
 
 
 if __name__ == "__main__":

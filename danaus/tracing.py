@@ -5,9 +5,9 @@ keeps its own, on its own clock: ``time.monotonic``, shared by the processes of
 one host). The controller gathers them: from each proc mesh as it stops
 (`danaus.core.agents.keep_traces`), and from the procs still alive at the end
 (`gather_events`). With ``trace="run.json"``, or ``DANAUS_TRACE=run.json`` in
-the environment (what ``danaus run --trace run.json script.py`` sets), the
-controller writes the whole trace there when it shuts down: a Perfetto (Chrome
-JSON) trace, or JSON lines when the name ends in ``.jsonl``.
+the environment (what ``danaus run --trace run.json script.py`` sets; several
+files separated by ``:``), the controller writes the whole trace there when it
+shuts down, in the form the file's name gives (`write`).
 """
 
 from __future__ import annotations
@@ -30,16 +30,17 @@ log = logging.getLogger("danaus.tracing")
 ENVIRONMENT = "DANAUS_TRACE"
 
 
-def destination(option: bool | str | None) -> str | None:
-    """Where a controller writes its trace: the ``trace`` option if a path, else the environment.
+def destinations(option: bool | str | None) -> list[str]:
+    """Where a controller writes its trace: the ``trace`` option if a path, else the files the
+    environment names (separated by ``os.pathsep``).
 
     ``trace=False`` records nothing and writes nothing, whatever the environment says.
     """
     if isinstance(option, str):
-        return option
+        return [option]
     if option is None:
-        return os.environ.get(ENVIRONMENT) or None
-    return None
+        return [path for path in os.environ.get(ENVIRONMENT, "").split(os.pathsep) if path]
+    return []
 
 
 async def gather_events(world: World, timeout: float) -> list[Event]:
@@ -63,13 +64,20 @@ async def gather_events(world: World, timeout: float) -> list[Event]:
     return sorted(events, key=lambda e: e.t)
 
 
-def write(events: Sequence[Event], path: str | Path) -> None:
-    """Write ``events``: JSON lines if ``path`` ends in ``.jsonl``, else a Perfetto trace."""
+def write(events: Sequence[Event], path: str | Path, title: str = "Danaus run") -> None:
+    """Write ``events`` in the form ``path``'s name gives: ``.jsonl`` JSON lines, ``.html`` a
+    sequence diagram titled ``title`` (`danaus.chaos.export.to_html`), anything else a
+    Perfetto (Chrome JSON) trace. Every command that takes ``--trace FILE`` writes with this."""
     ordered = sorted(events, key=lambda e: e.t)
-    if str(path).endswith(".jsonl"):
+    name = str(path)
+    if name.endswith(".jsonl"):
         trace = Trace(lambda: 0.0)
         trace.events = ordered
         trace.write(path)
+    elif name.endswith(".html"):
+        from danaus.chaos.export import write_html
+
+        write_html(ordered, path, title)
     else:
         from danaus.chaos.export import write_perfetto
 

@@ -1,9 +1,10 @@
 """Data-parallel training with torch DDP over a mesh of 4 procs, surviving the loss of a rank.
 
 The code of the tutorial in docs/ddp.md. Run it with ``python examples/ddp.py``
-(transport tcp: gloo needs a process per rank). A driver actor owns the
-training procs; when a rank dies mid-training, it is told, stops what is left
-of the mesh and starts a new one, which goes on from the last checkpoint.
+(transport tcp: gloo needs a process per rank; torch: ``pip install
+'danaus[torch]'``). A driver actor owns the training procs; when a rank dies
+mid-training, it is told, stops what is left of the mesh and starts a new one,
+which goes on from the last checkpoint.
 """
 
 from __future__ import annotations
@@ -92,6 +93,9 @@ class Trainer(Actor):
 
 
 # --8<-- [start:driver]
+MAX_RESTARTS = 3
+
+
 class Driver(Actor):
     """Owns the training procs; restarts them from the last checkpoint when a rank fails."""
 
@@ -115,16 +119,22 @@ class Driver(Actor):
             # have ended (this proc has then heard of it, and __supervise__ will be told)
             # or every rank has answered.
             ranks, errors = [], []
-            for rank in trainers.train.stream(until, die_at):
+            answers = trainers.train.stream(until, die_at)
+            for rank in answers:
                 ranks.append(rank)
                 if (error := rank.exception()) is not None:
                     errors.append(error)
                     if isinstance(error, SupervisionError):
                         break
             procs.stop(timeout=5).get()
+            for rank in answers:  # the ranks not waited for have answered by now: read them
+                if (error := rank.exception()) is not None:
+                    errors.append(error)
             if not errors:
                 attempts.append(dict(rank.get() for rank in ranks)[0])
                 return attempts
+            if len(attempts) == MAX_RESTARTS:  # it fails again and again: say why, once
+                raise RuntimeError(f"training failed {len(attempts) + 1} times") from errors[0]
             kinds = ", ".join(sorted({type(error).__name__ for error in errors}))
             print(f"training failed: {kinds}; restarting", flush=True)
             die_at = None
@@ -140,6 +150,12 @@ class Driver(Actor):
 
 # --8<-- [start:main]
 def main(until: int = 20, die_at: int | None = 12) -> list[tuple[int, int, float]]:
+    try:
+        import torch  # noqa: F401  (the trainers need it: say so before starting anything)
+    except ImportError as missing:
+        raise SystemExit(
+            f"this example needs torch ({missing}): pip install 'danaus[torch]'"
+        ) from None
     with tempfile.TemporaryDirectory() as directory:
         checkpoint = os.path.join(directory, "model.pt")
         driver = this_host().spawn_procs().spawn("driver", Driver, checkpoint)

@@ -114,3 +114,19 @@ def test_sim_command_gives_the_same_digest_twice():
         digests.append(result.stdout.strip().splitlines()[-1])
     assert digests[0].startswith("trace digest: ")
     assert digests[0] == digests[1]
+
+
+def test_the_docs_name_no_path_outside_the_repository():
+    for page in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]:
+        text = page.read_text()
+        assert not re.search(r"(^|[\s`(])\.\./", text, re.MULTILINE), page.name
+        assert "shared/" not in text, page.name
+
+
+def test_the_monarch_page_lists_as_missing_nothing_that_exists():
+    """Each "not yet" row names none of the debugger, `danaus top` or OpenTelemetry."""
+    rows = (DOCS / "monarch.md").read_text().splitlines()
+    missing = [row for row in rows if "not yet" in row]
+    for row in missing:
+        for existing in ("debugger", "telemetry", "debug_controller", "get_meter", "traced"):
+            assert existing not in row.split("not yet")[0] or "different" in row, row

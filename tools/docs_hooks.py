@@ -2,7 +2,7 @@
 
 The chaos testing tutorial links to the sequence diagram of a failing seed of
 ``examples/chaos/kvstore.py``; it is made here by replaying that seed, as the
-tutorial's ``danaus chaos replay ... --html`` command does.
+tutorial's ``danaus chaos replay ... --trace seed26.html`` command does.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # A SLURM cluster of three nodes, n1..n3, on this one host, for testing jobs that SLURM runs.
 #
-#   tools/slurm-cluster.sh start DIR   install slurm-wlm and munge if missing (root and apt-get),
-#                                      write DIR/slurm.conf, start munged (unless it runs),
+#   tools/slurm-cluster.sh start DIR   write DIR/slurm.conf, start munged (unless it runs),
 #                                      slurmctld and one slurmd per node, and wait until sinfo
 #                                      shows the three nodes idle
 #   tools/slurm-cluster.sh stop DIR    stop the daemons that start began, and wait for them to end
@@ -10,7 +9,7 @@
 # Everything SLURM writes (state, spool, logs, pid files) goes under DIR; clients find the
 # cluster with SLURM_CONF=DIR/slurm.conf. The controller's port is SLURM_CLUSTER_PORT (6817)
 # and the nodes' 17001..17003 plus that port's offset from 6817, so two clusters can coexist.
-# Exits 2, saying why, when SLURM is missing and cannot be installed.
+# Exits 2, saying why, when SLURM is missing (tools/system-deps.sh installs it).
 set -euo pipefail
 
 action=${1:-}
@@ -26,19 +25,9 @@ port=${SLURM_CLUSTER_PORT:-6817}
 node_port=$((17001 + port - 6817))
 timeout=${SLURM_CLUSTER_TIMEOUT:-60}
 
-install() {
-    if command -v slurmctld >/dev/null && command -v munged >/dev/null; then
-        return 0
-    fi
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        export DEBIAN_FRONTEND=noninteractive
-        apt-get install -y --no-install-recommends slurm-wlm munge >/dev/null 2>&1 ||
-            { apt-get update >/dev/null 2>&1 &&
-              apt-get install -y --no-install-recommends slurm-wlm munge >/dev/null 2>&1; } ||
-            true
-    fi
+installed() {
     if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
-        echo "SLURM is not installed and cannot be (needs root and apt-get: slurm-wlm munge)" >&2
+        echo "SLURM is not installed (slurm-wlm and munge: make system-deps installs them)" >&2
         exit 2
     fi
 }
@@ -100,7 +89,7 @@ munge_running() {
 }
 
 start() {
-    install
+    installed
     write_conf
     if ! munge_running; then
         mkdir -p /run/munge

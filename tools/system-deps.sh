@@ -5,12 +5,14 @@
 #   chromium          the browser the dashboard's browser tests drive headless (with Playwright)
 #   python3-pyverbs   rdma-core's Python bindings, for the verbs transport on RDMA hardware
 #                     (`make install` links it into the virtual environment: tools/pyverbs.sh)
+#   slurm-wlm munge   a SLURM cluster on this host, for the tests of SLURM jobs
+#                     (tools/slurm-cluster.sh starts it)
 #
 # Packages already installed are left alone; the package lists are refreshed only if an
 # installation fails without it.
 set -euo pipefail
 
-packages=(chromium python3-pyverbs)
+packages=(chromium python3-pyverbs slurm-wlm munge)
 
 missing=()
 for package in "${packages[@]}"; do

@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from danaus.admin.views import ActorView, JobView, ProcView, SessionView
+from danaus.wording import counted
 
 MiB = 2**20
 
@@ -221,11 +222,11 @@ class TopModel:
         silent = sum(1 for p in procs if not p.answered)
         parts = [
             f"job pid {view.pid} ({view.transport})",
-            f"{len(view.hosts())} host(s)",
-            f"{len(procs)} procs",
-            f"{sum(p.actors for p in procs)} actors",
+            counted(len(view.hosts()), "host"),
+            counted(len(procs), "proc"),
+            counted(sum(p.actors for p in procs), "actor"),
             f"{sum(p.messages_per_s for p in procs):.0f} msg/s",
-            f"{len(view.failures)} failure(s)",
+            counted(len(view.failures), "failure"),
         ]
         if silent:
             parts.append(f"{silent} not answering")

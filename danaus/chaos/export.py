@@ -8,6 +8,8 @@ hard to see what happened around a fault. Two views help:
   per message.
 - `to_html`: one self-contained page (inline CSS and SVG, nothing fetched)
   with the run as a sequence diagram, which can be attached to a bug report.
+  `sequence_diagram` is the same diagram as a part of a page of one's own
+  (a chaos run's report shows one per group of failures).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from danaus.chaos.nemesis import NEMESIS
 from danaus.core import trace as ev
 from danaus.core.trace import FAULT_EVENTS, Event
 from danaus.core.transport import ROOT
+from danaus.wording import counted
 
 
 def _named(e: Event) -> tuple[str, ...]:
@@ -297,6 +300,7 @@ def _message_layer(
     undelivered: list[int],
     x: dict[str, int],
     y: dict[float, int],
+    ids: str,
 ) -> list[str]:
     """An arrow per received message, labelled; a stub ending in a cross per message lost."""
     out = []
@@ -309,7 +313,7 @@ def _message_layer(
             f"{label}: {send.proc} → {recv.proc}\n"
             f"sent at {send.t:.6f} s ({_fields(send)})\nreceived at {recv.t:.6f} s"
         )
-        style = f'stroke="{ARROWS[kind]}" marker-end="url(#arrow-{kind})"'
+        style = f'stroke="{ARROWS[kind]}" marker-end="url(#{ids}-arrow-{kind})"'
         out.append(f'<g class="msg {kind}"><title>{html.escape(tip)}</title>')
         if x1 == x2:
             out.append(f'<path d="M{x1},{y1} h18 V{max(y2, y1 + 6)} h-16" {style}/>')
@@ -394,8 +398,21 @@ def _fault_table(faults: list[_Fault]) -> str:
 def to_html(
     events: Sequence[Event], title: str = "Danaus trace", max_messages: int = MAX_MESSAGES
 ) -> str:
-    """The run as a sequence diagram on one self-contained HTML page.
+    """The run as a sequence diagram (`sequence_diagram`) on one self-contained HTML page."""
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>\n"
+        f"<h1>{html.escape(title)}</h1>{sequence_diagram(events, max_messages)}</body></html>\n"
+    )
 
+
+def sequence_diagram(
+    events: Sequence[Event], max_messages: int = MAX_MESSAGES, ids: str = "run"
+) -> str:
+    """The run as a sequence diagram: HTML to place on a page styled with `CSS`.
+
+    It holds a line of figures, the legend, the table of faults and the diagram.
+    ``ids`` prefixes the ids the diagram defines, so that several can share a page.
     One lifeline per proc (the root, host agents, then workers by first appearance),
     from its first event to its ``down``. Time flows down by rank, not to scale:
     each distinct instant gets its own row, labelled with its time, so bursts a few
@@ -449,7 +466,7 @@ def to_html(
     svg = [f'<svg class="diagram" width="{width}" height="{height}"><defs>']
     for kind, colour in ARROWS.items():
         svg.append(
-            f'<marker id="arrow-{kind}" viewBox="0 0 8 8" refX="8" refY="4" markerWidth="7" '
+            f'<marker id="{ids}-arrow-{kind}" viewBox="0 0 8 8" refX="8" refY="4" markerWidth="7" '
             f'markerHeight="7" orient="auto"><path d="M0,0 L8,4 L0,8 z" fill="{colour}"/></marker>'
         )
     svg.append("</defs>")
@@ -474,14 +491,15 @@ def to_html(
             f'<line class="paused" x1="{x[p]}" y1="{y[start]}" x2="{x[p]}" '
             f'y2="{height if end is None else y[end]}"><title>paused</title></line>'
         )
-    svg += _message_layer(events, drawn, undelivered, x, y)
+    svg += _message_layer(events, drawn, undelivered, x, y, ids)
     svg += _mark_layer(marks, x, y)
     svg.append("</svg>")
 
     applied = sum(f.skipped is None for f in faults)
     summary = (
-        f"{len(lanes)} procs, {len(delivered)} messages received and {len(undelivered)} never "
-        f"received, {applied} faults applied and {len(faults) - applied} skipped. "
+        f"{counted(len(lanes), 'proc')}, {counted(len(delivered), 'message')} received and "
+        f"{len(undelivered):,} never received, {counted(applied, 'fault')} applied and "
+        f"{len(faults) - applied:,} skipped. "
         "Time flows down, one row per instant (not to scale). Hover for details."
     )
     cap = (
@@ -492,11 +510,9 @@ def to_html(
     )
     diagram = "\n".join(svg)
     return (
-        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>\n"
-        f"<h1>{html.escape(title)}</h1><p>{html.escape(summary)}</p>{cap}\n"
+        f"<p>{html.escape(summary)}</p>{cap}\n"
         f'<p class="legend">{_legend()}</p>\n{_fault_table(faults)}\n'
-        f"<div>{''.join(head)}\n{diagram}</div>\n</body></html>\n"
+        f"<div>{''.join(head)}\n{diagram}</div>\n"
     )
 
 

@@ -176,7 +176,15 @@ class Plan:
 
     @classmethod
     def from_json(cls, text: str) -> Plan:
-        return cls(tuple(Fault.from_json(item) for item in json.loads(text)))
+        """The plan `to_json` wrote; `ValueError` saying what is wrong if ``text`` is not one."""
+        try:
+            return cls(tuple(Fault.from_json(item) for item in json.loads(text)))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            detail = f"no field {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise ValueError(
+                "not a fault plan: expected a JSON list of faults, as a replay command of a "
+                f"shrunk failure gives ({detail})"
+            ) from None
 
     def without(self, indices: Iterable[int]) -> Plan:
         drop = set(indices)

@@ -294,12 +294,16 @@ def shrink(
 
 
 def seed_range(text: str) -> range:
-    """``START:STOP`` (or one seed, ``N``) as a range; `ValueError` names the expected form."""
+    """``START:STOP`` (or one seed, ``N``) as a range of at least one seed; `ValueError` names
+    the expected form."""
     start, sep, stop = text.partition(":")
     try:
-        return range(int(start), int(stop)) if sep else range(int(start), int(start) + 1)
+        seeds = range(int(start), int(stop)) if sep else range(int(start), int(start) + 1)
     except ValueError:
         raise ValueError(f"seeds are START:STOP or N, got {text!r}") from None
+    if not seeds:
+        raise ValueError(f"{text} holds no seed: STOP ({seeds.stop}) must be above START")
+    return seeds
 
 
 def run_seeds(

@@ -5,14 +5,49 @@ from __future__ import annotations
 import inspect
 import logging
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar, overload
+
+from danaus.core.suggest import close_names
 
 if TYPE_CHECKING:
+    from typing import Concatenate
+
+    from danaus.core.endpoint import Endpoint
+    from danaus.core.future import Future
+    from danaus.core.shape import MeshTrait
     from danaus.core.undeliverable import UndeliverableMessageEnvelope
 
 F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class EndpointMethod(Generic[P, R]):
+    """What a method marked `endpoint` is to a type checker (at run time it stays the method).
+
+    Read on a mesh of its actors (`ProcMesh.spawn` types the mesh as the actor's class) it is
+    an `Endpoint` whose adverbs take the method's parameters and answer with its return type
+    (an ``async def`` method's awaited one): ``trainers.train.call(step=0)`` is a
+    ``Future[ValueMesh[float]]`` when ``train`` returns ``float``. Read inside the actor
+    (``self.train(0)``) it is the method itself.
+    """
+
+    def __get__(self, instance: object, owner: type | None = None) -> Endpoint[P, R]:
+        raise NotImplementedError  # never made: it describes the method to type checkers
+
+
+class _Marker(Protocol):
+    """What ``endpoint(...)`` with options returns, to a type checker: a decorator."""
+
+    @overload
+    def __call__(
+        self, method: Callable[Concatenate[Any, P], Awaitable[R]]
+    ) -> EndpointMethod[P, R]: ...
+
+    @overload
+    def __call__(self, method: Callable[Concatenate[Any, P], R]) -> EndpointMethod[P, R]: ...
 
 _ENDPOINT_ATTR = "__danaus_endpoint__"
 
@@ -101,10 +136,27 @@ class EndpointSpec:
         try:
             binder(*args, **kwargs)
         except TypeError:
-            try:
-                self.signature().bind(*args, **kwargs)
-            except TypeError as exc:
-                raise TypeError(f"{self.owner}.{self.name}(): {exc}") from None
+            raise TypeError(f"{self.owner}.{self.name}(): {self._mismatch(args, kwargs)}") from None
+
+    def _mismatch(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """What is wrong with arguments that do not bind: every unexpected keyword first (with
+        the closest parameter names), then what binding the rest still finds wrong."""
+        signature = self.signature()
+        named = [
+            name
+            for name, kind, _ in self.params
+            if kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        ]
+        takes_any = any(kind == inspect.Parameter.VAR_KEYWORD for _, kind, _ in self.params)
+        unexpected = [] if takes_any else [key for key in kwargs if key not in named]
+        problems = [
+            f"unexpected keyword argument {key!r}{close_names(key, named)}" for key in unexpected
+        ]
+        try:
+            signature.bind(*args, **{k: v for k, v in kwargs.items() if k not in unexpected})
+        except TypeError as exc:
+            problems.append(str(exc))
+        return f"{'; '.join(problems)} (it takes {self.name}{signature})"
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (
@@ -137,7 +189,11 @@ def _binder(signature: inspect.Signature) -> Callable[..., None]:
 
 
 @overload
-def endpoint(method: F) -> F: ...
+def endpoint(method: Callable[Concatenate[Any, P], Awaitable[R]]) -> EndpointMethod[P, R]: ...
+
+
+@overload
+def endpoint(method: Callable[Concatenate[Any, P], R]) -> EndpointMethod[P, R]: ...
 
 
 @overload
@@ -147,16 +203,16 @@ def endpoint(
     explicit_response_port: bool = False,
     propagate: Any = None,
     instrument: bool = True,
-) -> Callable[[F], F]: ...
+) -> _Marker: ...
 
 
 def endpoint(
-    method: F | None = None,
+    method: Any = None,
     *,
     explicit_response_port: bool = False,
     propagate: Any = None,
     instrument: bool = True,
-) -> F | Callable[[F], F]:
+) -> Any:
     """Mark an actor method (sync or ``async def``) as callable on meshes of the actor.
 
     With ``explicit_response_port=True`` the method receives a `Port` right
@@ -173,7 +229,9 @@ def endpoint(
 
 
 @overload
-def concurrent_endpoint(method: F) -> F: ...
+def concurrent_endpoint(
+    method: Callable[Concatenate[Any, P], Awaitable[R]],
+) -> EndpointMethod[P, R]: ...
 
 
 @overload
@@ -183,16 +241,16 @@ def concurrent_endpoint(
     explicit_response_port: bool = False,
     propagate: Any = None,
     instrument: bool = True,
-) -> Callable[[F], F]: ...
+) -> _Marker: ...
 
 
 def concurrent_endpoint(
-    method: F | None = None,
+    method: Any = None,
     *,
     explicit_response_port: bool = False,
     propagate: Any = None,
     instrument: bool = True,
-) -> F | Callable[[F], F]:
+) -> Any:
     """Mark an ``async def`` actor method as an endpoint whose body runs as a task of its own.
 
     The actor goes on to its next message as soon as the body has started (run
@@ -222,7 +280,22 @@ def concurrent_endpoint(
     return mark(method) if method is not None else mark
 
 
-class Actor:
+if TYPE_CHECKING:
+
+    class _SpawnedMesh(MeshTrait):
+        """What a type checker sees of a spawned mesh besides its endpoints: `ProcMesh.spawn`
+        types the mesh as its actor class, so the class must have the mesh's members too."""
+
+        @property
+        def initialized(self) -> Future[None]: ...
+
+        def stop(self, timeout: float = ...) -> Future[None]: ...
+
+else:
+    _SpawnedMesh = object
+
+
+class Actor(_SpawnedMesh):
     """Base class of actors.
 
     An actor handles one message at a time, in arrival order. Its methods marked

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import inspect
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from danaus.core.casting import fanout_from
+from danaus.core.suggest import close_names
 from danaus.core.supervision import default_unhandled_fault_hook
 from danaus.core.transport import FaultHook, World
 
@@ -67,9 +69,11 @@ def configure(
             f"Danaus already runs on {_world.name!r}; call danaus.shutdown() before configure()"
         )
     name = transport or selected()
+    module = transport_module(name)
+    _check_names(name, module, options)
     if cast_fanout is not None:
         options["cast_fanout"] = fanout_from(cast_fanout)
-    transport_module(name).configured(**_transport_options(options))
+    module.configured(**_transport_options(options))
     _choice = Choice(name, dict(options))
 
 
@@ -83,9 +87,21 @@ def transport_module(name: str) -> Any:
 def create_world(transport: str, *, cast_fanout: int | None = None, **options: Any) -> World:
     """A new world of ``transport`` with ``options`` (checked first); not made current."""
     module = transport_module(transport)
+    _check_names(transport, module, options)
     fanout = fanout_from(cast_fanout)
     module.configured(**options)
     return module.create_world(cast_fanout=fanout, **options)
+
+
+def _check_names(transport: str, module: Any, options: Mapping[str, Any]) -> None:
+    """A `TypeError` for an option ``transport`` does not take, naming the ones it takes."""
+    takes = [*inspect.signature(module.configured).parameters, "cast_fanout"]
+    for name in options:
+        if name not in takes:
+            raise TypeError(
+                f"configure(): transport {transport!r} has no option {name!r}"
+                f"{close_names(name, takes)}; its options: {', '.join(sorted(takes))}"
+            )
 
 
 def _transport_options(options: dict[str, Any]) -> dict[str, Any]:

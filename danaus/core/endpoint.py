@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar, overload
 
 from danaus.core.context import context
 from danaus.core.future import Future, new_future
@@ -33,15 +33,23 @@ if TYPE_CHECKING:
     from danaus.core.mesh import ActorMesh
     from danaus.core.runtime import Runtime
 
+P = ParamSpec("P")
 R = TypeVar("R")
 A = TypeVar("A")
+
+ADVERBS = ("call", "call_one", "choose", "stream", "broadcast")
+"""The ways to send a message to an endpoint."""
 
 Expect = Callable[[list[str], "asyncio.AbstractEventLoop"], tuple["ReplyHandler", Any]]
 """Makes the handler for the replies from the given procs, and what the adverb returns."""
 
 
-class Endpoint(Generic[R]):
-    """One endpoint of a mesh (or slice) of actors: ``mesh.train``."""
+class Endpoint(Generic[P, R]):
+    """One endpoint of a mesh (or slice) of actors: ``mesh.train``.
+
+    For a type checker its adverbs take the parameters ``P`` of the endpoint's method and
+    answer with its return type ``R``.
+    """
 
     def __init__(self, mesh: ActorMesh, spec: EndpointSpec, plain: int = 0) -> None:
         self._mesh = mesh
@@ -90,7 +98,7 @@ class Endpoint(Generic[R]):
         )
         return result
 
-    def call(self, *args: Any, **kwargs: Any) -> Future[ValueMesh[R]]:
+    def call(self, *args: P.args, **kwargs: P.kwargs) -> Future[ValueMesh[R]]:
         """Call every actor of the mesh; a future of their answers as a `ValueMesh`."""
         shape = self._mesh._shape
 
@@ -102,7 +110,7 @@ class Endpoint(Generic[R]):
 
         return self._cast(args, kwargs, gather)
 
-    def call_one(self, *args: Any, **kwargs: Any) -> Future[R]:
+    def call_one(self, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         """Call the single actor of a mesh of exactly one actor."""
         if len(self._mesh) != 1:
             raise ValueError(
@@ -111,11 +119,11 @@ class Endpoint(Generic[R]):
             )
         return self._cast(args, kwargs, _first)
 
-    def choose(self, *args: Any, **kwargs: Any) -> Future[R]:
+    def choose(self, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         """Call one actor of the mesh, chosen to spread load across calls."""
         return self._cast(args, kwargs, _first, choose=True)
 
-    def stream(self, *args: Any, **kwargs: Any) -> Iterator[Future[R]]:
+    def stream(self, *args: P.args, **kwargs: P.kwargs) -> Iterator[Future[R]]:
         """Call every actor; one future per actor, settling in the order answers arrive."""
 
         def each(procs: list[str], loop: asyncio.AbstractEventLoop) -> tuple[ReplyHandler, Any]:
@@ -124,7 +132,7 @@ class Endpoint(Generic[R]):
 
         return self._cast(args, kwargs, each)
 
-    def broadcast(self, *args: Any, **kwargs: Any) -> None:
+    def broadcast(self, *args: P.args, **kwargs: P.kwargs) -> None:
         """Send to every actor without waiting. An exception in the endpoint fails the actor."""
         self._cast(args, kwargs)
 
@@ -143,6 +151,14 @@ class Endpoint(Generic[R]):
 
         return self._cast(args, kwargs, fold)
 
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Inside the actor, ``self.train(...)`` is the method itself; a mesh's endpoint is
+        called through an adverb."""
+        raise TypeError(
+            f"an endpoint of a mesh is called through an adverb: "
+            f"mesh.{self.name}.call(...), or call_one, choose, stream, broadcast"
+        )
+
     def __repr__(self) -> str:
         return f"<Endpoint {self._spec.owner}.{self._spec.name} of {self._mesh!r}>"
 
@@ -158,18 +174,53 @@ class NotAnEndpoint:
         self._spec = spec
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError(
-            f"{self._spec.owner}.{self._spec.name} is not an endpoint; "
-            f"call it through as_endpoint(mesh.{self._spec.name}).call(...) or mark it @endpoint"
+        raise RuntimeError(self._not_an_endpoint("call"))
+
+    def _not_an_endpoint(self, adverb: str) -> str:
+        spec = self._spec
+        return (
+            f"{spec.owner}.{spec.name} is not an endpoint: mark the method @endpoint, or call it "
+            f"through as_endpoint(mesh.{spec.name}).{adverb}(...)"
         )
+
+    if not TYPE_CHECKING:  # type checkers should see no adverbs here: there are none
+
+        def __getattr__(self, name: str) -> Any:
+            if name in ADVERBS:
+                raise AttributeError(self._not_an_endpoint(name))
+            raise AttributeError(name)
 
     def __repr__(self) -> str:
         return f"<method {self._spec.owner}.{self._spec.name} of {self._mesh!r}>"
 
 
+@overload
+def as_endpoint(
+    not_an_endpoint: Callable[P, Awaitable[R]],
+    *,
+    propagate: Any = None,
+    explicit_response_port: Literal[False] = False,
+) -> Endpoint[P, R]: ...
+
+
+@overload
+def as_endpoint(
+    not_an_endpoint: Callable[P, R],
+    *,
+    propagate: Any = None,
+    explicit_response_port: Literal[False] = False,
+) -> Endpoint[P, R]: ...
+
+
+@overload
+def as_endpoint(
+    not_an_endpoint: Any, *, propagate: Any = None, explicit_response_port: bool
+) -> Endpoint[..., Any]: ...
+
+
 def as_endpoint(
     not_an_endpoint: Any, *, propagate: Any = None, explicit_response_port: bool = False
-) -> Endpoint[Any]:
+) -> Endpoint[..., Any]:
     """Call a method of a mesh's actors that is not marked `endpoint`, through the adverbs.
 
     ``as_endpoint(mesh.method).call(...)``: the method runs as an endpoint would
@@ -209,7 +260,9 @@ def _coords_of(shape: Shape, index: int) -> dict[str, slice]:
 class Accumulator(Generic[R, A]):
     """Folds the answers of every actor of a mesh: ``Accumulator(ep, 0, operator.add)``."""
 
-    def __init__(self, endpoint: Endpoint[R], identity: A, combine: Callable[[A, R], A]) -> None:
+    def __init__(
+        self, endpoint: Endpoint[..., R], identity: A, combine: Callable[[A, R], A]
+    ) -> None:
         self._endpoint = endpoint
         self._identity = identity
         self._combine = combine
@@ -220,7 +273,7 @@ class Accumulator(Generic[R, A]):
 
 
 def send(
-    endpoint: Endpoint[Any],
+    endpoint: Endpoint[..., Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     port: Port[Any] | None = None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Generator
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from danaus.core.blocking import ThreadWaitable, block_on
 
@@ -108,6 +108,16 @@ class Future(Generic[R]):
         if asyncio.get_running_loop() is self._loop:
             return (yield from self._afut.__await__())
         return (yield from self.as_asyncio().__await__())
+
+    if not TYPE_CHECKING:  # type checkers should go on saying that a Future has no such attribute
+
+        def __getattr__(self, name: str) -> Any:
+            if name.startswith("_"):
+                raise AttributeError(name)
+            raise AttributeError(
+                f"a Future has no attribute {name!r}: it stands for a result still to come; "
+                f"did you forget .get()? (future.get().{name})"
+            )
 
     def __repr__(self) -> str:
         state = "done" if self._afut.done() else "pending"

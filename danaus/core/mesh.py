@@ -27,6 +27,7 @@ from danaus.core.names import NumberedNames
 from danaus.core.owned import STOP_TIMEOUT, OwnedMesh
 from danaus.core.serialize import dumps
 from danaus.core.shape import Extent, MeshTrait, Shape
+from danaus.core.suggest import close_names
 from danaus.core.supervision import RestartPolicy, class_path
 
 if TYPE_CHECKING:
@@ -352,13 +353,18 @@ class ProcMesh(_Mesh):
         *args: Any,
         restart: RestartPolicy | None = None,
         **kwargs: Any,
-    ) -> ActorMesh[T]:
+    ) -> T:
         """Spawn one ``cls(*args, **kwargs)`` actor on every proc of this mesh.
 
-        Returns at once; ``__init__`` runs on each proc before the actor's first
-        message. Arguments are checked against ``cls.__init__`` here. With
-        ``restart``, failed members are restarted by the owner (see
+        Returns at once an `ActorMesh` of them; ``__init__`` runs on each proc before
+        the actor's first message. Arguments are checked against ``cls.__init__``
+        here. With ``restart``, failed members are restarted by the owner (see
         `RestartPolicy`); the keyword is therefore not passed to ``__init__``.
+
+        Type checkers see the mesh as ``cls`` itself (as in Monarch), so that its
+        endpoints are typed: ``mesh.train`` is an `Endpoint` of ``train``'s parameters
+        and return type, and the mesh's own members (``slice``, ``stop``, ...) are
+        there too. Annotate a mesh of ``Trainer`` as ``Trainer``.
         """
         self._check_usable()
         if not (isinstance(cls, type) and issubclass(cls, Actor)):
@@ -397,7 +403,7 @@ class ProcMesh(_Mesh):
         mesh._own(owned)
         runtime.supervisor.adopt(owned)
         _proc_agents(self).spawn.broadcast(order)
-        return mesh
+        return mesh  # type: ignore[return-value]  # the mesh stands for a T: see above
 
     async def _stop_members(self, timeout: float) -> None:
         """Stop every actor on these procs (children first), then end the procs."""
@@ -406,7 +412,8 @@ class ProcMesh(_Mesh):
             child.end(with_procs=True)
         with contextlib.suppress(SupervisionError):
             await _proc_agents(self).stop_all.call(timeout)
-        await self._host_mesh._agents().stop_procs.call(self._mesh_id, timeout)
+        with contextlib.suppress(SupervisionError):  # a lost host's procs are gone with it
+            await self._host_mesh._agents().stop_procs.call(self._mesh_id, timeout)
         for replacement in owned.replacements:
             await replacement._owner_view().stop()
 
@@ -451,12 +458,16 @@ class ActorMesh(_Mesh, Generic[T]):
             self._owned,
         )
 
-    def __getattr__(self, name: str) -> Endpoint[Any] | NotAnEndpoint:
+    def __getattr__(self, name: str) -> Any:
+        """The endpoint ``name`` (an `Endpoint`; a `NotAnEndpoint` for a plain method)."""
         if name.startswith("_"):
             raise AttributeError(name)
         spec = self._endpoints.get(name)
         if spec is None:
-            raise AttributeError(f"actor mesh {self._name!r} has no endpoint {name!r}")
+            public = [n for n in self._endpoints if not n.startswith("_")]
+            marked = [n for n in public if not self._endpoints[n].plain]
+            hint = close_names(name, public) or f"; its endpoints: {', '.join(marked) or 'none'}"
+            raise AttributeError(f"actor mesh {self._name!r} has no endpoint {name!r}{hint}")
         return NotAnEndpoint(self, spec) if spec.plain else Endpoint(self, spec)
 
     @property

@@ -14,8 +14,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from danaus.core.blocking import discard_outcome
 from danaus.core.context import context
-from danaus.core.errors import SerializationError, SupervisionError
+from danaus.core.errors import MeshStoppedError, SerializationError, SupervisionError
 from danaus.core.future import Future, new_future
 from danaus.core.serialize import Buffer, dumps, loads
 from danaus.core.shape import Shape
@@ -35,10 +36,15 @@ A = TypeVar("A")
 def _settle(
     afut: asyncio.Future[Any], value: Any = None, error: BaseException | None = None
 ) -> None:
+    """Settle an answer's future. A call that ended because its mesh was stopped is no
+    news if nobody reads it (stopping is not a failure): asyncio is not to log it as an
+    exception never retrieved, as it would when the caller dropped the future."""
     if afut.done():
         return
     if error is not None:
         afut.set_exception(error)
+        if isinstance(error, MeshStoppedError):
+            discard_outcome(afut)
     else:
         afut.set_result(value)
 
@@ -122,7 +128,7 @@ class ReplyHandler(PortHandler):
             error = SupervisionError(
                 f"Endpoint call {self.mesh_name}.{self.method}() failed, The actor "
                 f"{self.mesh_name} on proc {proc} and all its descendants have failed: "
-                f"{error.failure.actor_cause()} ({error})",
+                f"{error.failure.actor_cause()} ({error.failure.where()})",
                 error.failure,
             )
         for rank in sorted(r for r in self.remaining if self.procs[r] == proc):

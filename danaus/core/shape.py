@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 
 def _check_label(label: str) -> None:
@@ -379,6 +379,10 @@ class Shape:
         return (Shape, (self.labels, self.ndslice))
 
 
+M = TypeVar("M", bound="MeshTrait")
+"""A mesh's own type: slicing a mesh gives the same kind of mesh."""
+
+
 class MeshTrait:
     """Slicing shared by host, proc, actor and value meshes.
 
@@ -388,22 +392,22 @@ class MeshTrait:
 
     _shape: Shape
 
-    def _with_shape(self, shape: Shape) -> Any:
+    def _with_shape(self: M, shape: Shape) -> M:
         raise NotImplementedError
 
-    def slice(self, **dims: int | slice) -> Any:
+    def slice(self: M, **dims: int | slice) -> M:
         """Select members: an int drops that dimension, a `slice` keeps it."""
         return self._with_shape(self._shape.slice(**dims))
 
-    def split(self, **dims: Any) -> Any:
+    def split(self: M, **dims: Any) -> M:
         """Split a dimension in several, e.g. ``split(hosts=("dp", "pp"), pp=2)``."""
         return self._with_shape(self._shape.split(**dims))
 
-    def flatten(self, name: str) -> Any:
+    def flatten(self: M, name: str) -> M:
         """Merge all dimensions into one called ``name``."""
         return self._with_shape(self._shape.flatten(name))
 
-    def rename(self, **names: str) -> Any:
+    def rename(self: M, **names: str) -> M:
         """Rename dimensions, e.g. ``rename(gpus="workers")``."""
         return self._with_shape(self._shape.rename(**names))
 

@@ -16,6 +16,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from danaus.core import last_words
 from danaus.core.shape import Point
 
 if TYPE_CHECKING:
@@ -51,9 +52,10 @@ class MeshFailure:
     def report(self) -> str:
         """A readable account of the failure and the chain that led to it.
 
-        The first line names the failure at the root of the chain, as Monarch's
-        reports do (by its class, mesh and rank, after those of the failed owners
-        above it); then each failure from this one down to that root.
+        The first line names the failure at the root of the chain and its cause, as
+        Monarch's reports do (by its class, mesh and rank, after those of the failed
+        owners above it); then each failure from this one down to that root, with its
+        cause (the root's is said once, on the first line).
         """
         chain = [self]
         while chain[-1].chained is not None:
@@ -65,7 +67,8 @@ class MeshFailure:
         while failure is not None:
             lead = "caused by: " if depth else ""
             lines.append(f"{lead}{failure._headline()}")
-            lines.append(f"  cause: {failure.cause}")
+            if failure.chained is not None:
+                lines.append(f"  cause: {failure.cause}")
             if failure.traceback:
                 lines.extend("  " + line for line in failure.traceback.rstrip().splitlines())
             failure = failure.chained
@@ -150,11 +153,9 @@ class RestartBudget:
 
 def default_unhandled_fault_hook(failure: MeshFailure) -> None:
     """Print a report of the failure and end the controller with status 1."""
-    print(
-        f"danaus: unhandled failure; the controller exits\n{failure.report()}",
-        file=sys.stderr,
-        flush=True,
-    )
+    report = f"danaus: unhandled failure; the controller exits\n{failure.report()}"
+    with last_words.printing():
+        print(report, file=sys.stderr)
     raise SystemExit(1)
 
 

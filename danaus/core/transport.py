@@ -67,13 +67,17 @@ class ProcLoss:
             return f"the process this actor was running on failed: Exited(code={self.exit_code})"
         return f"its process {self.reason}"
 
-    def describe(self) -> str:
+    def where(self) -> str:
+        """Which proc: ``proc P on host H (pid N)``, as much as is known."""
         parts = [f"proc {self.proc}"]
         if self.host is not None:
             parts.append(f"on host {self.host}")
         if self.pid is not None:
             parts.append(f"(pid {self.pid})")
-        parts.append(self.reason)
+        return " ".join(parts)
+
+    def describe(self) -> str:
+        parts = [self.where(), self.reason]
         if self.exit_code is not None:
             parts.append(f"exit code {self.exit_code}")
         if self.signal is not None:

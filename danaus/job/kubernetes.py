@@ -22,10 +22,12 @@ from typing import Any, Protocol
 
 from danaus.job import kubernetes_manifests as manifests
 from danaus.job.base import Job, SchedulerMissing
+from danaus.job.waiting import poll
 
 START_TIMEOUT = 600.0
 """Seconds to wait for every pod to be ready (images may have to be pulled)."""
 POLL = 1.0
+"""Seconds between asks of the Kubernetes API about the job's StatefulSets."""
 
 
 class KubernetesApi(Protocol):
@@ -102,13 +104,15 @@ class KubernetesJob(Job):
         deadline = time.monotonic() + self.start_timeout
         for mesh, hosts in self.meshes.items():
             name = manifests.service_name(self.name, mesh)
-            while (self.api.ready_replicas(self.namespace, name) or 0) < hosts:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"the pods of StatefulSet {self.namespace}/{name} were not ready "
-                        f"within {self.start_timeout:g} s (kubectl describe statefulset {name})"
-                    )
-                time.sleep(POLL)
+
+            def ready(name: str = name, hosts: int = hosts) -> bool:
+                return (self.api.ready_replicas(self.namespace, name) or 0) >= hosts
+
+            if not poll(ready, every=POLL, timeout=max(deadline - time.monotonic(), 0)):
+                raise TimeoutError(
+                    f"the pods of StatefulSet {self.namespace}/{name} were not ready "
+                    f"within {self.start_timeout:g} s (kubectl describe statefulset {name})"
+                )
         return {"applied": True}
 
     def addresses(self) -> dict[str, list[str]]:
@@ -127,10 +131,12 @@ class KubernetesJob(Job):
         deadline = time.monotonic() + self.start_timeout
         for mesh in self.meshes:
             name = manifests.service_name(self.name, mesh)
-            while self.api.ready_replicas(self.namespace, name) is not None:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"StatefulSet {self.namespace}/{name} was not deleted")
-                time.sleep(POLL)
+
+            def gone(name: str = name) -> bool:
+                return self.api.ready_replicas(self.namespace, name) is None
+
+            if not poll(gone, every=POLL, timeout=max(deadline - time.monotonic(), 0)):
+                raise TimeoutError(f"StatefulSet {self.namespace}/{name} was not deleted")
 
     def is_running(self) -> bool:
         return all(

@@ -2,8 +2,9 @@
 
 A job's worker outlives the process that applied the job (``danaus job
 apply`` returns; ``danaus job kill`` ends it later), so it runs in a session
-of its own, and the job keeps its pid with its start time: a pid the kernel
-has since given to another process is never signalled.
+of its own, and the job keeps its pid with its start time (psutil's
+``create_time``): a pid the kernel has since given to another process is never
+signalled.
 """
 
 from __future__ import annotations
@@ -12,23 +13,27 @@ import contextlib
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
+
+import psutil
+
+from danaus.job.waiting import poll
 
 POLL = 0.05
 """Seconds between looks at a file or process being waited for."""
 
 
-def start_time(pid: int) -> str | None:
-    """When ``pid`` started (clock ticks since boot), or None if it has ended."""
+def start_time(pid: int) -> float | None:
+    """When ``pid`` started (seconds since the epoch), or None if it has ended."""
     try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-    except OSError:
+        process = psutil.Process(pid)
+        if process.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD):
+            return None
+        return process.create_time()
+    except psutil.Error:
         return None
-    return None if fields[0] in ("Z", "X") else fields[19]
 
 
 def start(argv: Sequence[str], *, env: dict[str, str], log: Path) -> dict[str, Any]:
@@ -58,24 +63,25 @@ def end(records: Sequence[dict[str, Any]], timeout: float = 15.0) -> None:
         for record in records:
             if alive(record):
                 _signal_group(record["pid"], sig)
-        deadline = time.monotonic() + timeout
-        while any(alive(r) for r in records) and time.monotonic() < deadline:
-            time.sleep(POLL)
-        if not any(alive(r) for r in records):
+        if poll(lambda: not any(alive(r) for r in records), every=POLL, timeout=timeout):
             return
     raise RuntimeError(f"processes {[r['pid'] for r in records if alive(r)]} did not end")
 
 
 def wait_for_file(path: Path, timeout: float, failed: Callable[[], str | None]) -> str:
-    """The text of ``path`` once it exists; ``RuntimeError`` on ``failed()``'s reason or timeout."""
-    deadline = time.monotonic() + timeout
-    while not path.exists():
+    """The text of ``path`` once it exists; ``RuntimeError`` on ``failed()``'s reason, or
+    ``TimeoutError``."""
+
+    def appeared() -> bool:
+        if path.exists():
+            return True
         reason = failed()
         if reason is not None:
             raise RuntimeError(reason)
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} did not appear within {timeout:g} s")
-        time.sleep(POLL)
+        return False
+
+    if not poll(appeared, every=POLL, timeout=timeout):
+        raise TimeoutError(f"{path} did not appear within {timeout:g} s")
     return path.read_text().strip()
 
 

@@ -25,7 +25,12 @@ from typing import Any
 
 from danaus.job import processes, slurm_commands
 from danaus.job.base import Job, JobNotApplied
+from danaus.job.waiting import poll
 
+POLL = 0.2
+"""Seconds between asks of SLURM about a job."""
+CANCEL_TIMEOUT = 120.0
+"""Seconds SLURM may take to end a job's processes after scancel."""
 START_TIMEOUT = 300.0
 """Seconds to wait for the allocation and its workers (a busy cluster may queue the job)."""
 
@@ -166,14 +171,16 @@ class SlurmJob(Job):
 
     def wait(self, timeout: float | None = None) -> str:
         """Wait until the job ends; SLURM's final state of it (``COMPLETED``, ``FAILED``...)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
+
+        def final_state() -> str | None:
             state = slurm_commands.job_info(self.job_id).get("JobState", "GONE")
-            if state not in slurm_commands.ACTIVE:
-                return state
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"SLURM job {self.job_id} is still {state}")
-            time.sleep(processes.POLL * 4)
+            return None if state in slurm_commands.ACTIVE else state
+
+        state = poll(final_state, every=POLL, timeout=timeout)
+        if state is None:
+            now = slurm_commands.job_info(self.job_id).get("JobState", "GONE")
+            raise TimeoutError(f"SLURM job {self.job_id} is still {now}")
+        return state
 
     def _wait_for_workers(self, job_id: str) -> dict[str, Any]:
         """The allocation's nodes, and each one's worker's address once it listens."""
@@ -186,16 +193,22 @@ class SlurmJob(Job):
             tail = processes.log_tail(self.directory / f"slurm-{job_id}.out")
             return f"SLURM job {job_id} ended ({state}) before its workers listened:\n{tail}"
 
-        while (info := slurm_commands.job_info(job_id)).get("JobState") != "RUNNING":
+        def allocated() -> dict[str, Any] | None:
+            info = slurm_commands.job_info(job_id)
+            if info.get("JobState") == "RUNNING":
+                return info
             reason = failed()
             if reason is not None:
                 raise RuntimeError(reason)
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"SLURM job {job_id} was not allocated within {self.start_timeout:g} s "
-                    f"({info.get('JobState')}, {info.get('Reason')})"
-                )
-            time.sleep(processes.POLL * 4)
+            return None
+
+        info = poll(allocated, every=POLL, timeout=self.start_timeout)
+        if info is None:
+            now = slurm_commands.job_info(job_id)
+            raise TimeoutError(
+                f"SLURM job {job_id} was not allocated within {self.start_timeout:g} s "
+                f"({now.get('JobState')}, {now.get('Reason')})"
+            )
         nodes = slurm_commands.hostnames(info["NodeList"])
         addresses = [
             processes.wait_for_file(
@@ -213,11 +226,12 @@ class SlurmJob(Job):
         """
         if slurm_commands.job_info(job_id).get("JobState") in slurm_commands.ACTIVE:
             slurm_commands.cancel(job_id)
-        deadline = time.monotonic() + 120
-        while (
-            slurm_commands.job_info(job_id).get("JobState") in slurm_commands.ACTIVE
-            or slurm_commands.queued(job_id)
-        ):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"SLURM job {job_id} did not end within 120 s of scancel")
-            time.sleep(processes.POLL * 4)
+
+        def ended() -> bool:
+            active = slurm_commands.job_info(job_id).get("JobState") in slurm_commands.ACTIVE
+            return not active and not slurm_commands.queued(job_id)
+
+        if not poll(ended, every=POLL, timeout=CANCEL_TIMEOUT):
+            raise TimeoutError(
+                f"SLURM job {job_id} did not end within {CANCEL_TIMEOUT:g} s of scancel"
+            )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import random
 
 from danaus import Actor, RestartPolicy, endpoint, hosts, this_host
 from danaus.chaos import History, Scenario
@@ -78,6 +79,25 @@ class LeavesAnActorStuck(Calm):
 class BreaksItsInvariant(Calm):
     def check(self, history: History) -> list[str]:
         return ["the invariant does not hold"]
+
+
+class FailsTwoWays(Calm):
+    """Each seed breaks one of two invariants, or neither, as its random draw says: a run over
+    many seeds has two groups of failures, whose messages differ from seed to seed."""
+
+    async def run(self, history: History) -> None:
+        sleeper = this_host().spawn_procs({"s": 2}).spawn("s", Sleeper)
+        await sleeper.ping.call()
+        history.record("drew", way=random.randrange(3), key=random.randrange(100))
+
+    def check(self, history: History) -> list[str]:
+        drawn = next(e for e in history.events if e["kind"] == "drew")
+        key = drawn["key"]
+        if drawn["way"] == 1:
+            return [f"acknowledged write k{key}={key} lost", f"acknowledged write k{key + 1} lost"]
+        if drawn["way"] == 2:
+            return [f"counter went back from {key + 1} to {key}"]
+        return []
 
 
 class ReadsTheWallClock(Calm):

@@ -83,5 +83,5 @@ def test_bad_input_is_refused(tmp_path):
         LocalJob({"trainers": True})
     (tmp_path / "jobs.py").write_text("job = 3\n")
     refused = danaus_cli("job", "apply", "jobs.py::job", cwd=tmp_path)
-    assert refused.returncode == 1
+    assert refused.returncode == 2
     assert "is not a danaus.job.Job" in refused.stderr

@@ -167,7 +167,9 @@ def test_rates_come_from_two_snapshots_and_silent_procs_are_shown():
     ]
     assert [(h.host, h.procs) for h in model.hosts()] == [("a", 1), ("b", 1)]
     assert [(f.age_s, f.what) for f in model.failures()] == [(3.0, "root:1.1")]
-    assert "100 msg/s" in model.summary() and "1 failure(s)" in model.summary()
+    summary = model.summary()
+    assert "100 msg/s" in summary and "| 2 hosts |" in summary and "| 1 failure" in summary
+    assert "(s)" not in summary
     model.update(view_at(13.0, handled=300, cpu=2.0, answered=False))
     assert [p.answered for p in model.procs()] == [True, False]
     assert "1 not answering" in model.summary()

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import ast
+import os
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -11,6 +14,16 @@ from tests.tcp.conftest import ROOT, run_script
 
 PAGE = (ROOT / "docs" / "ddp.md").read_text()
 EXAMPLE = (ROOT / "examples" / "ddp.py").read_text()
+STDERR_SHOWN = (
+    r"^(\[.*\] )?terminate called without an active exception$",
+    # What Python's fault handler prints when such a process aborts: where its threads were.
+    r"^(\[.*\] )?(Fatal Python error: Aborted|Thread 0x[0-9a-f]+ \(most recent call first\):"
+    r"|Current thread 0x[0-9a-f]+ \(most recent call first\):|  File .*|  <no Python frame>"
+    r"|Extension modules: .*|)$",
+    r"danaus\.security: proc \S+ \(data\) refused a connection from this host \(Unix socket\): "
+    r"\[Errno 104\] Connection reset by peer",
+)
+"""What the page says the example's standard error may hold."""
 
 SCRIPT = f"""
 import sys
@@ -50,3 +63,27 @@ def test_a_failed_rank_is_restarted_from_the_last_checkpoint(tmp_path):
     assert "attempt: None" in PAGE and shown is not None
     # The last digits of a float32 loss depend on the CPU's vector instructions.
     assert float(shown[1]) == pytest.approx(attempts[-1][2], rel=1e-5)
+    # Standard error holds only what the page says it may (no unread futures, say).
+    for line in result.stderr.splitlines():
+        assert any(re.search(allowed, line) for allowed in STDERR_SHOWN), result.stderr
+
+
+def test_without_torch_it_fails_once_saying_what_to_install(tmp_path):
+    shim = tmp_path / "no-torch" / "torch"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "ddp.py")],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(shim.parent)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 1
+    assert ran.stdout == ""
+    message = "this example needs torch (No module named 'torch'): pip install 'danaus[torch]'"
+    assert ran.stderr == message + "\n"
+    assert message in PAGE

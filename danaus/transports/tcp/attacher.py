@@ -6,14 +6,20 @@ the directory like any proc. A worker busy with another controller is asked
 again until the deadline; one that cannot be reached, does not hold the job's
 key, or whose agent does not register in time is declared lost, with the
 reason, so that everything waiting on that host fails instead of hanging.
+While ZeroMQ retries a connection that fails (nothing listens there, say), the
+controller finds out why with a plain TCP connect and warns at once, then every
+`REPORT_INTERVAL` seconds, saying what it waits for and how long is left.
 Releasing a host asks its worker to end the agent (`Release`) and waits for
 the answer.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import socket
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -37,11 +43,17 @@ REFUSED = (
     "(do both hold the same job key?)"
 )
 HANDSHAKE_ATTEMPTS = 3
-_HANDSHAKES = (
+REPORT_INTERVAL = 5.0
+"""Seconds between warnings that a worker still cannot be connected to."""
+PROBE_TIMEOUT = 1.0
+"""Seconds the connect that finds out why a worker cannot be reached may take."""
+_EVENTS = (
     zmq.EVENT_HANDSHAKE_SUCCEEDED
     | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
     | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+    | zmq.EVENT_CONNECTED
+    | zmq.EVENT_CONNECT_RETRIED
 )
 
 
@@ -59,6 +71,10 @@ class _Link:
     failed_handshakes: int = 0
     """How many handshakes with the worker have failed in a row (ZeroMQ tries again)."""
     releases: list[Settle] = field(default_factory=list)
+    unreachable: str | None = None
+    """Why the last connection to the worker failed, while it cannot be reached."""
+    next_report: float = 0.0
+    """When to find out (and say) again why the worker cannot be reached."""
 
 
 class Attacher:
@@ -84,14 +100,14 @@ class Attacher:
             self._directory.lost(ProcLoss(agent, why, host=address))
             return
         sock = hostlink.connect(self._context, keys, ip, port)
-        monitor = sock.get_monitor_socket(_HANDSHAKES)
+        monitor = sock.get_monitor_socket(_EVENTS)
         token = f"{agent}@{os.getpid()}:{os.urandom(8).hex()}"
         link = _Link(
             agent, address, sock, monitor, hostlink.Attach(token, boot), time.monotonic() + timeout
         )
         self._links[agent] = link
         self._io.add_reader(sock, lambda: self._readable(link))
-        self._io.add_reader(monitor, lambda: self._handshake(link))
+        self._io.add_reader(monitor, lambda: self._monitored(link, ip, port))
         self._send(link, link.attach)
         self._io.call_later(timeout, lambda: self._check_registered(link, timeout))
 
@@ -130,15 +146,24 @@ class Attacher:
         if self._links.get(link.agent) is link and not link.accepted:
             self._send(link, link.attach)
 
-    def _handshake(self, link: _Link) -> None:
-        """A worker with another key cuts every handshake short, as a busy or restarting
-        one may cut one: the attach ends after `HANDSHAKE_ATTEMPTS` failures in a row."""
+    def _monitored(self, link: _Link, ip: str, port: int) -> None:
+        """What ZeroMQ tells of the connection: a connect that failed and is retried, or a
+        handshake. A worker with another key cuts every handshake short, as a busy or
+        restarting one may cut one: the attach ends after `HANDSHAKE_ATTEMPTS` failures in a
+        row."""
         while self._links.get(link.agent) is link:
             try:
                 event = recv_monitor_message(link.monitor, zmq.NOBLOCK)
             except zmq.Again:
                 return
-            if event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+            kind = event["event"]
+            if kind == zmq.EVENT_CONNECTED:
+                link.unreachable = None
+                continue
+            if kind == zmq.EVENT_CONNECT_RETRIED:
+                self._connect_failed(link, ip, port)
+                continue
+            if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 link.failed_handshakes = 0
                 continue
             link.failed_handshakes += 1
@@ -147,14 +172,42 @@ class Attacher:
             else:
                 log.warning("attach: worker at %s: a handshake failed; trying again", link.address)
 
+    def _connect_failed(self, link: _Link, ip: str, port: int) -> None:
+        """ZeroMQ retries a connection to the worker that failed: find out why (off this
+        thread, which serves every proc's sockets), unless that was done lately."""
+        now = time.monotonic()
+        if link.accepted or now < link.next_report:
+            return
+        link.next_report = now + REPORT_INTERVAL
+
+        def probe() -> None:
+            why = _connect_error(ip, port)
+            self._io.call_soon(self._report_unreachable, link, why)
+
+        threading.Thread(target=probe, name=f"danaus-probe-{link.agent}", daemon=True).start()
+
+    def _report_unreachable(self, link: _Link, why: str | None) -> None:
+        if self._links.get(link.agent) is not link or link.accepted or why is None:
+            return
+        link.unreachable = why
+        left = max(link.deadline - time.monotonic(), 0.0)
+        log.warning(
+            "attach: worker at %s: %s; retrying until a worker listens there "
+            "(%.0f s left of the attach timeout)",
+            link.address,
+            why,
+            left,
+        )
+
     def _check_registered(self, link: _Link, timeout: float) -> None:
         if self._links.get(link.agent) is not link or self._directory.known(link.agent):
             return
-        why = (
-            "its host agent did not register"
-            if link.accepted
-            else "no answer from the worker (is it running there, and on that address?)"
-        )
+        if link.accepted:
+            why = "its host agent did not register"
+        elif link.unreachable is not None:
+            why = f"could not connect ({link.unreachable}: is a worker running there?)"
+        else:
+            why = "no answer from the worker (is it running there, and on that address?)"
         self._give_up(link, f"{why} within {timeout:g} s")
 
     def _ended(self, link: _Link, code: int) -> None:
@@ -170,10 +223,11 @@ class Attacher:
         )
 
     def _give_up(self, link: _Link, why: str) -> None:
-        """The host cannot be used: it is lost, and so is everything waiting on it."""
+        """The host cannot be used: it is lost, and so is everything waiting on it (which
+        reports ``why``; the log does not say it again where people read it)."""
         if self._links.get(link.agent) is not link:
             return
-        log.error("attach: worker at %s: %s", link.address, why)
+        log.info("attach: worker at %s: %s", link.address, why)
         self._close(link)
         loss = ProcLoss(link.agent, f"could not be attached: {why}", host=link.address)
         self._directory.lost(loss)
@@ -209,3 +263,14 @@ class Attacher:
         for sock in (link.socket, link.monitor):
             self._io.remove_reader(sock)
             sock.close(0)
+
+
+def _connect_error(ip: str, port: int) -> str | None:
+    """Why a TCP connection to ``ip:port`` fails ("Connection refused"), or None if it opens."""
+    try:
+        with socket.create_connection((ip, port), timeout=PROBE_TIMEOUT):
+            return None
+    except TimeoutError:
+        return f"no answer to a connection within {PROBE_TIMEOUT:g} s"
+    except OSError as exc:
+        return exc.strerror or os.strerror(exc.errno or errno.EIO)

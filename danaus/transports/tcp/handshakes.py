@@ -19,6 +19,11 @@ the one listed there that no earlier connection accounts for is this one, so
 its address is kept even after a flood from elsewhere. Where several hosts
 could be the peer, all are named; only a peer that hung up first that fast
 leaves no trace, and is logged as unknown.
+The kernel's table is read from ``/proc/net/tcp`` itself rather than through
+psutil's ``net_connections``, which also maps every socket of every process on
+the host to its pid: measured here, 29 ms a call against 18 ms with 114
+processes, and growing with every descriptor on the host, on the I/O thread,
+for each stranger that hangs up fast (which a hostile peer can do at will).
 """
 
 from __future__ import annotations

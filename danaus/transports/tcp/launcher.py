@@ -50,6 +50,7 @@ from danaus.transports.tcp.allocator import proc_environment
 from danaus.transports.tcp.budget import ProcBudget
 from danaus.transports.tcp.forkserver import POOL, ForkServer
 from danaus.transports.tcp.ioloop import Settle, settler
+from danaus.wording import counted
 
 if TYPE_CHECKING:
     from danaus.transports.tcp.bootstrap import Bootstrap
@@ -216,7 +217,7 @@ class LocalLauncher(Launcher):
         waits = self._each(self._starter.call_soon, self._start, specs)
         for spec, wait in zip(specs, waits):
             wait.add_done_callback(functools.partial(self._up, spec.proc_id))
-        with Progress(f"starting {len(specs)} procs", len(specs)) as progress:
+        with Progress(f"starting {counted(len(specs), 'proc')}", len(specs)) as progress:
             for wait in waits:
                 wait.add_done_callback(lambda _: progress.advance())
             try:
@@ -524,12 +525,11 @@ def _check_process_limit(count: int) -> None:
     if soft == resource.RLIM_INFINITY or os.geteuid() == 0:
         return
     uid = os.getuid()
-    used = 0
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if os.stat(entry.path).st_uid == uid:
-                    used += len(os.listdir(f"{entry.path}/task"))
+    used = sum(
+        process.info["num_threads"] or 0
+        for process in psutil.process_iter(["uids", "num_threads"])
+        if process.info["uids"] is not None and process.info["uids"].real == uid
+    )
     needed = count * THREADS_PER_PROC
     if used + needed > soft:
         raise RuntimeError(

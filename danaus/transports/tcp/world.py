@@ -34,7 +34,7 @@ import msgspec
 import zmq
 
 from danaus import tracing
-from danaus.core import awake, home_cpu
+from danaus.core import awake, home_cpu, last_words
 from danaus.core.agents import HOST_AGENT, PROC_AGENT, HostAgent, ProcAgent
 from danaus.core.attach import ATTACH_TIMEOUT
 from danaus.core.blocking import ActorThread
@@ -192,7 +192,7 @@ class TcpWorld(World):
         self.admin: AdminService | None = None
         """What `danaus top` and `danaus debug` ask (the controller only)."""
         self.admin_socket: AdminSocket | None = None
-        self.trace_file: str | None = None
+        self.trace_files: list[str] = []
         """Where the controller writes the job's trace when it shuts down."""
         hook.install()
         self._setup: list[bytes] | None = None
@@ -241,7 +241,7 @@ class TcpWorld(World):
         from danaus.transports.tcp.admin import AdminSocket
         from danaus.transports.tcp.attacher import Attacher
 
-        trace_file = tracing.destination(trace)
+        trace_files = tracing.destinations(trace)
         bind_host = bind_host_from(bind_host)
         workers = workers_from(workers)
         plan = attach_plan(workers, job_key, bind_host) if workers else None
@@ -255,7 +255,7 @@ class TcpWorld(World):
             heartbeat_timeout=heartbeat_timeout,
             bind_host=bind_host,
             limits=Limits.from_options(**limits),
-            trace=bool(trace) or trace_file is not None,
+            trace=bool(trace) or bool(trace_files),
             job_hosts=job_hosts,
             host_control=host_control,
         )
@@ -264,7 +264,7 @@ class TcpWorld(World):
         world.home_cpus = home_cpus
         world.home_cpu = home_cpu.home_for(0) if home_cpus else None
         world.wait_spin_us = wait_spin_us
-        world.trace_file = trace_file
+        world.trace_files = trace_files
         if admin:
             world.admin_socket = AdminSocket(world, admin_host)
         world.directory = Directory(
@@ -280,6 +280,7 @@ class TcpWorld(World):
         world.transport.on_control = world._controller_control
         world.attacher = Attacher(world.context, world.io, world.directory)
         world.directory.register_local(ROOT, world.transport.address, os.getpid(), world.host)
+        last_words.install()
         world.io.start()
         world._loop_thread = threading.Thread(
             target=world._run_loop, name="danaus-runtime", daemon=True
@@ -469,7 +470,7 @@ class TcpWorld(World):
     def exit_now(self, code: int) -> NoReturn:
         """End this worker at once, and every proc it started (I/O thread, or any)."""
         self.launcher.kill_all()
-        _flush()
+        last_words.flush()
         os._exit(code)
 
     # ---- attaching workers (controller) ------------------------------------------------
@@ -561,8 +562,8 @@ class TcpWorld(World):
             stopping.result(timeout=2 * STOP_TIMEOUT)
         except Exception as exc:
             log.error("stopping meshes at shutdown failed: %r", exc)
-        if self.trace_file is not None:
-            self._write_trace(self.trace_file)
+        if self.trace_files:
+            self._write_trace(self.trace_files)
         if self.admin_socket is not None:
             self.admin_socket.close()
         self._release_attached(RELEASE_TIMEOUT)
@@ -579,16 +580,21 @@ class TcpWorld(World):
         self.io.stop()
         self.context.destroy(linger=0)
 
-    def _write_trace(self, path: str) -> None:
-        """Gather the events of the procs still alive and write the job's trace to ``path``."""
+    def _write_trace(self, paths: list[str]) -> None:
+        """Gather the events of the procs still alive and write the job's trace to ``paths``."""
         try:
             gathering = tracing.gather_events(self, TRACE_TIMEOUT)
             events = asyncio.run_coroutine_threadsafe(gathering, self.loop).result()
-            tracing.write(events, path)
         except Exception as exc:
-            log.error("writing the trace to %s failed: %r", path, exc)
-        else:
-            log.info("wrote %d trace events to %s", len(events), path)
+            log.error("gathering the trace failed: %r", exc)
+            return
+        for path in paths:
+            try:
+                tracing.write(events, path)
+            except Exception as exc:
+                log.error("writing the trace to %s failed: %r", path, exc)
+            else:
+                log.info("wrote %d trace events to %s", len(events), path)
 
     def _stop_children(self) -> None:
         done = threading.Event()
@@ -607,30 +613,24 @@ class TcpWorld(World):
         await cancel_leftover_tasks()
 
     def exit_proc(self, runtime: Runtime, code: int) -> None:
-        _flush()
+        last_words.flush()
         os._exit(code)
 
     def abort(self, status: int) -> NoReturn:
         """End the controller at once: kill every worker, then exit with ``status``."""
         if self.admin_socket is not None:
             self.admin_socket.close()
-        if self.trace_file is not None:
+        for path in self.trace_files:
             with contextlib.suppress(Exception):
-                tracing.write(self.trace.events, self.trace_file)
+                tracing.write(self.trace.events, path)
         if self._loop_thread is not None:
             self._stop_children()
             self._release_attached(1.0)
-        _flush()
-        os._exit(status)
+        with last_words.ending():
+            os._exit(status)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.proc_id} at {self.transport.address.control}>"
-
-
-def _flush() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
 
 
 def _write_output(stream: int, text: str) -> None:

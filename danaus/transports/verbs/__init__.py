@@ -12,6 +12,7 @@ what to use instead.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from danaus.core.transport import ProcLoss
@@ -48,6 +49,7 @@ World = VerbsWorld
 """The world class of this transport (workers make theirs with ``World.worker``)."""
 
 
+@functools.wraps(tcp_configured, assigned=())  # its signature is tcp's: the options it takes
 def configured(**options: Any) -> None:
     """Check the options (tcp's) and that this host has a device to use.
 
