@@ -33,6 +33,7 @@ from danaus.core.instance import Instance
 from danaus.core.mesh import ActorMesh, HostMesh, ProcMesh, hosts, this_host, this_proc
 from danaus.core.ports import Channel, Port, PortReceiver
 from danaus.core.shape import Extent, Point, Shape
+from danaus.core.stopped import LostMember, Stopped
 from danaus.core.supervision import MeshFailure, RestartPolicy
 from danaus.core.undeliverable import UndeliverableMessageEnvelope
 from danaus.core.value_mesh import ValueMesh
@@ -50,6 +51,7 @@ __all__ = [
     "Future",
     "HostMesh",
     "Instance",
+    "LostMember",
     "MeshFailure",
     "MeshStoppedError",
     "Point",
@@ -60,6 +62,7 @@ __all__ = [
     "RestartPolicy",
     "SerializationError",
     "Shape",
+    "Stopped",
     "SupervisionError",
     "UndeliverableMessageEnvelope",
     "ValueMesh",

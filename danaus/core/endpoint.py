@@ -18,6 +18,7 @@ from danaus.core.ports import (
     FirstHandler,
     FoldHandler,
     GatherHandler,
+    OutcomesHandler,
     Port,
     ReplyHandler,
     StreamHandler,
@@ -142,6 +143,15 @@ class Endpoint(Generic[R]):
             return FoldHandler(procs, afut, identity, combine), future
 
         return self._cast(args, kwargs, fold)
+
+    def _outcomes(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Future[list[Any]]:
+        """Call every actor; a future of each one's answer, or exception, in rank order."""
+
+        def each(procs: list[str], loop: asyncio.AbstractEventLoop) -> tuple[ReplyHandler, Any]:
+            afut, future = new_future(loop)
+            return OutcomesHandler(procs, afut), future
+
+        return self._cast(args, kwargs, each)
 
     def __repr__(self) -> str:
         return f"<Endpoint {self._spec.owner}.{self._spec.name} of {self._mesh!r}>"

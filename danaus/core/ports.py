@@ -182,6 +182,21 @@ class StreamHandler(ReplyHandler):
         _settle(self.afuts.popleft(), value, exc)
 
 
+class OutcomesHandler(ReplyHandler):
+    """Every answer or error, by rank, once all are in: for a caller that must hear from
+    every member whatever happened to the others (a stop)."""
+
+    def __init__(self, procs: Sequence[str], afut: asyncio.Future[Any]) -> None:
+        super().__init__(procs)
+        self.afut = afut
+        self.outcomes: list[Any] = [None] * len(procs)
+
+    def arrived(self, rank: int, value: Any, exc: BaseException | None) -> None:
+        self.outcomes[rank] = value if exc is None else exc
+        if not self.remaining:
+            _settle(self.afut, self.outcomes)
+
+
 class FoldHandler(ReplyHandler):
     """``Accumulator``: fold every reply into one value."""
 

@@ -166,10 +166,10 @@ class Runtime:
         self.on_loop(start)
         return Future(self.loop, afut)
 
-    def done(self) -> Future[None]:
-        """A future that is already done: for requests with nothing left to do."""
+    def done(self, value: Any = None) -> Future[Any]:
+        """A future that is already done, with ``value``: for requests with nothing left to do."""
         afut = self.loop.create_future()
-        afut.set_result(None)
+        afut.set_result(value)
         return Future(self.loop, afut)
 
     # ---- sending -------------------------------------------------------------------

@@ -7,7 +7,8 @@ again until the deadline; one that cannot be reached, does not hold the job's
 key, or whose agent does not register in time is declared lost, with the
 reason, so that everything waiting on that host fails instead of hanging.
 Releasing a host asks its worker to end the agent (`Release`) and waits for
-the answer.
+the answer, unless the worker's connection has dropped (the worker is gone, and
+its agent with it): then there is nothing left to release, and nobody to wait for.
 """
 
 from __future__ import annotations
@@ -37,11 +38,12 @@ REFUSED = (
     "(do both hold the same job key?)"
 )
 HANDSHAKE_ATTEMPTS = 3
-_HANDSHAKES = (
+_MONITORED = (
     zmq.EVENT_HANDSHAKE_SUCCEEDED
     | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
     | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+    | zmq.EVENT_DISCONNECTED
 )
 
 
@@ -58,6 +60,8 @@ class _Link:
     accepted: bool = False
     failed_handshakes: int = 0
     """How many handshakes with the worker have failed in a row (ZeroMQ tries again)."""
+    dropped: bool = False
+    """The connection to the worker dropped after a handshake, and has not come back."""
     releases: list[Settle] = field(default_factory=list)
 
 
@@ -84,14 +88,14 @@ class Attacher:
             self._directory.lost(ProcLoss(agent, why, host=address))
             return
         sock = hostlink.connect(self._context, keys, ip, port)
-        monitor = sock.get_monitor_socket(_HANDSHAKES)
+        monitor = sock.get_monitor_socket(_MONITORED)
         token = f"{agent}@{os.getpid()}:{os.urandom(8).hex()}"
         link = _Link(
             agent, address, sock, monitor, hostlink.Attach(token, boot), time.monotonic() + timeout
         )
         self._links[agent] = link
         self._io.add_reader(sock, lambda: self._readable(link))
-        self._io.add_reader(monitor, lambda: self._handshake(link))
+        self._io.add_reader(monitor, lambda: self._monitored(link))
         self._send(link, link.attach)
         self._io.call_later(timeout, lambda: self._check_registered(link, timeout))
 
@@ -130,16 +134,27 @@ class Attacher:
         if self._links.get(link.agent) is link and not link.accepted:
             self._send(link, link.attach)
 
-    def _handshake(self, link: _Link) -> None:
-        """A worker with another key cuts every handshake short, as a busy or restarting
-        one may cut one: the attach ends after `HANDSHAKE_ATTEMPTS` failures in a row."""
+    def _monitored(self, link: _Link) -> None:
+        """What ZeroMQ saw of the connection to the worker.
+
+        A worker with another key cuts every handshake short, as a busy or
+        restarting one may cut one: the attach ends after `HANDSHAKE_ATTEMPTS`
+        failures in a row. A connection that drops while a release waits ends the
+        wait: the worker is gone (ZeroMQ would reconnect to a new one at that
+        address, which knows nothing of this controller).
+        """
         while self._links.get(link.agent) is link:
             try:
                 event = recv_monitor_message(link.monitor, zmq.NOBLOCK)
             except zmq.Again:
                 return
             if event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                link.failed_handshakes = 0
+                link.failed_handshakes, link.dropped = 0, False
+                continue
+            if event["event"] == zmq.EVENT_DISCONNECTED:
+                link.dropped = True
+                if link.releases:
+                    self._worker_gone(link)
                 continue
             link.failed_handshakes += 1
             if link.failed_handshakes >= HANDSHAKE_ATTEMPTS:
@@ -190,7 +205,14 @@ class Attacher:
         self._directory.lost(
             ProcLoss(agent, "was released by its controller", host=link.host or link.address)
         )
+        if link.dropped:
+            self._worker_gone(link)
+            return
         self._send(link, hostlink.Release(link.attach.token, final))
+
+    def _worker_gone(self, link: _Link) -> None:
+        log.info("attach: the worker at %s is gone: nothing to release there", link.address)
+        self._released(link)
 
     def _released(self, link: _Link) -> None:
         self._close(link)
