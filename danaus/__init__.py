@@ -24,6 +24,7 @@ from danaus.core.endpoint import Accumulator, Endpoint, as_endpoint, send
 from danaus.core.errors import (
     ActorError,
     MeshStoppedError,
+    MessageTooLargeError,
     RemoteException,
     SerializationError,
     SupervisionError,
@@ -54,6 +55,7 @@ __all__ = [
     "LostMember",
     "MeshFailure",
     "MeshStoppedError",
+    "MessageTooLargeError",
     "Point",
     "Port",
     "PortReceiver",

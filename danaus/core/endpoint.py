@@ -60,7 +60,9 @@ class Endpoint(Generic[R]):
         self._spec.check(args, kwargs)
         payload = dumps((args, kwargs), f"an argument of {self._spec.owner}.{self._spec.name}()")
         sender = context().actor_instance
-        return sender._runtime, sender, payload
+        runtime = sender._runtime
+        runtime.check_size(payload, "a call of %s.%s()", self._spec.owner, self._spec.name)
+        return runtime, sender, payload
 
     def _cast(
         self,

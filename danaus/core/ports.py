@@ -287,7 +287,11 @@ class Port(Generic[R]):
         self._return_undeliverable = bool(value)
 
     def send(self, value: R) -> None:
-        """Send ``value`` to the port's receiver."""
+        """Send ``value`` to the port's receiver.
+
+        Raises `MessageTooLargeError` if it pickles to more than the job's
+        ``max_message_bytes``.
+        """
         self._post(dumps(value, "value sent to a port"), error=False)
 
     def exception(self, exc: BaseException) -> None:
@@ -299,7 +303,9 @@ class Port(Generic[R]):
             return
         ctx = context()
         rank = self._rank if self._rank is not None else ctx.message_rank.rank
-        ctx.actor_instance._runtime.send_reply(
+        runtime = ctx.actor_instance._runtime
+        runtime.check_size(payload, "a value sent to a port")
+        runtime.send_reply(
             ctx.actor_instance, self._ref, rank, payload, error, self._return_undeliverable
         )
 

@@ -63,6 +63,15 @@ class Lost(msgspec.Struct, tag="lost", array_like=True):
         return ProcLoss(self.proc, self.reason, self.host, self.pid, self.exit_code, self.signal)
 
 
+class Unreachable(msgspec.Struct, tag="unreachable", array_like=True):
+    """My ``link`` (a data connection, a queue pair) with ``proc`` broke, for ``reason``:
+    messages on it may be lost, so one of us must be declared lost (the controller decides)."""
+
+    proc: str
+    link: str
+    reason: str
+
+
 class Ping(msgspec.Struct, tag="ping", array_like=True):
     seq: int
 
@@ -103,7 +112,19 @@ class Output(msgspec.Struct, tag="output", array_like=True):
 
 
 Control = (
-    Hello | Where | At | Watch | Lost | Ping | Pong | Exit | Hosting | Exited | Signal | Output
+    Hello
+    | Where
+    | At
+    | Watch
+    | Lost
+    | Unreachable
+    | Ping
+    | Pong
+    | Exit
+    | Hosting
+    | Exited
+    | Signal
+    | Output
 )
 
 _encoder = msgspec.msgpack.Encoder()
