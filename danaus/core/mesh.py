@@ -393,11 +393,13 @@ class ProcMesh(_Mesh):
             raise TypeError(f"{cls.__qualname__}(): {exc}") from None
         owner = _caller()
         runtime = owner._runtime
+        built = dumps((cls, args, kwargs), f"an argument of {cls.__qualname__}()")
+        runtime.check_size(built, "spawning %s with these arguments", cls.__qualname__)
         mesh_id = runtime.new_id()
         order = SpawnOrder(
             mesh_id,
             name,
-            dumps((cls, args, kwargs), f"an argument of {cls.__qualname__}()"),
+            built,
             owner.actor_id,
             (runtime.proc_id, owner.key),
             self,

@@ -164,7 +164,9 @@ class Transport(ABC):
 
         Messages from this proc to one destination arrive in the order sent,
         each once, while both procs live. Sending to a proc that is gone drops
-        the message; the loss is reported through ``on_loss`` to watchers.
+        the message; the loss is reported through ``on_loss`` to watchers. A
+        link that breaks while both procs live is never left half-open: one of
+        the two is declared lost.
         The frames may be read after ``send`` returns; callers do not mutate them.
         """
 

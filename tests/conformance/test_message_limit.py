@@ -14,6 +14,11 @@ exceed it)."""
 OVER = 5 * MiB
 
 
+class Holder(Actor):
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
 class Sink(Actor):
     @endpoint
     def length(self, data: bytes) -> int:
@@ -32,7 +37,7 @@ class Sink(Actor):
         return "sent"
 
 
-def test_a_call_over_the_limit_fails_at_once_and_the_proc_stays_reachable(run):
+def test_a_call_or_spawn_over_the_limit_fails_at_once_and_the_proc_stays_reachable(run):
     def main():
         procs = this_host().spawn_procs({"w": 2})
         sinks = procs.spawn("sinks", Sink)
@@ -40,6 +45,8 @@ def test_a_call_over_the_limit_fails_at_once_and_the_proc_stays_reachable(run):
             sinks.slice(w=0).length.call_one(bytes(OVER))
         with pytest.raises(MessageTooLargeError):
             sinks.length.broadcast(bytes(OVER))
+        with pytest.raises(MessageTooLargeError, match="spawning Holder with these arguments"):
+            procs.spawn("holders", Holder, bytes(OVER))
         after = sinks.length.call(bytes(LIMIT - 1024)).get(timeout=60)
         procs.stop().get(timeout=60)
         return str(refused.value), list(after.values())
