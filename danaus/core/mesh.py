@@ -226,6 +226,7 @@ class HostMesh(_Mesh):
             for owned in owner.owned
             if isinstance(owned.mesh, ProcMesh) and set(owned.mesh._host_mesh._procs) & hosts
         ]
+        known = set(owner._runtime.lost_procs)
         stopped = Stopped()
         for owned in reversed(mine):
             stopped += await owned.stop(timeout)
@@ -236,7 +237,7 @@ class HostMesh(_Mesh):
             for index, rank in enumerate(self._shape.ranks())
             if self._procs[rank] in lost
         ]
-        return stopped + skipped(self._kind, name, members)
+        return stopped + skipped(self._kind, name, members, known)
 
     def shutdown(self, timeout: float = STOP_TIMEOUT) -> Future[Stopped]:
         """Stop every proc mesh the caller spawned on these hosts, and end this host mesh.
@@ -427,19 +428,20 @@ class ProcMesh(_Mesh):
         owned = self._owner_view()
         for child in owned.children:
             child.end(with_procs=True)
+        known = set(owned.owner._runtime.lost_procs)
         outcomes = Outcomes()
         lost = outcomes.losses(await _proc_agents(self).stop_all._outcomes((timeout,), {}))
         hosts = self._host_mesh
         stopping = hosts._agents().stop_procs._outcomes((self._mesh_id, timeout), {})
         lost_hosts = outcomes.losses(await stopping)
-        procs, known = self._members(), owned.owner._runtime.lost_procs
+        procs, losses = self._members(), owned.owner._runtime.lost_procs
         per_host = len(procs) // len(hosts)
         for base, proc in enumerate(procs):
             host_loss = lost_hosts.get(base // per_host)
             if host_loss is not None:  # the proc was lost with its host, if not before
-                lost.setdefault(base, known.get(proc, host_loss))
+                lost.setdefault(base, losses.get(proc, host_loss))
         members = [LostMember(owned.name, self._shape.point(i), lost[i]) for i in sorted(lost)]
-        stopped = skipped(self._kind, owned.name, members)
+        stopped = skipped(self._kind, owned.name, members, known)
         for replacement in owned.replacements:
             stopped += await replacement._owner_view().stop()
         outcomes.raise_first()
@@ -512,11 +514,12 @@ class ActorMesh(_Mesh, Generic[T]):
 
         Members whose proc was lost are skipped (and named in the result).
         """
+        known = set(self._owner_view().owner._runtime.lost_procs)
         outcomes = Outcomes()
         answers = await _proc_agents(self).stop_actor._outcomes((self._mesh_id, timeout), {})
         lost = outcomes.losses(answers)
         members = [LostMember(self._name, self._shape.point(i), lost[i]) for i in sorted(lost)]
-        stopped = skipped(self._kind, self._name, members)
+        stopped = skipped(self._kind, self._name, members, known)
         outcomes.raise_first()
         return stopped
 

@@ -5,13 +5,14 @@ what is still alive. A member whose proc or host was lost, before the stop or
 while it ran, is skipped: the stop raises nothing for it, since its loss was
 reported already or, once the stop had begun, is no failure. The stop's
 future gives a `Stopped` that names each such member, and the owner logs one
-warning (on ``danaus.supervision``) for each mesh that had some.
+line (on ``danaus.supervision``) for each mesh that had some: a warning if a
+member was lost while the stop ran (news to everyone), else at info level.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,10 +74,17 @@ class Outcomes:
             raise self.errors[0]
 
 
-def skipped(kind: str, name: str, lost: Sequence[LostMember]) -> Stopped:
-    """The report of a stop of ``kind`` mesh ``name`` that skipped ``lost``; logged if any."""
+def skipped(
+    kind: str, name: str, lost: Sequence[LostMember], known: Collection[str]
+) -> Stopped:
+    """The report of a stop of ``kind`` mesh ``name`` that skipped ``lost``; logged if any.
+
+    ``known``: the procs known lost when the stop began (their loss was reported).
+    """
     if lost:
-        log.warning(
+        news = any(member.loss.proc not in known for member in lost)
+        log.log(
+            logging.WARNING if news else logging.INFO,
             "stopping %s %r skipped %d lost member(s): %s",
             kind,
             name,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import subprocess
 import sys
@@ -452,7 +453,18 @@ def lost_members(stopped: danaus.Stopped) -> list[tuple[str, dict[str, int]]]:
     return [(member.mesh, dict(member.rank)) for member in stopped.lost]
 
 
-def test_a_stop_skips_a_proc_lost_before_it_and_names_it(run):
+def skipped_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
+    return [
+        (r.levelno, r.getMessage())
+        for r in caplog.records
+        if r.name == "danaus.supervision" and "skipped" in r.getMessage()
+    ]
+
+
+def test_a_stop_skips_a_proc_lost_before_it_and_names_it(run, caplog):
+    """The loss was reported when it happened: the stop's line is news to nobody."""
+    caplog.set_level(logging.INFO, "danaus.supervision")
+
     def main():
         failures = record_root_failures()
         cleanups, cleaned = Channel.open()
@@ -466,9 +478,14 @@ def test_a_stop_skips_a_proc_lost_before_it_and_names_it(run):
         return lost_members(stopped), stopped.lost[0].loss.signal
 
     assert run(main) == ([("procs", {"w": 1})], 9)
+    [(level, line)] = skipped_lines(caplog)
+    assert level == logging.INFO and "proc mesh 'procs' skipped 1 lost member(s)" in line
 
 
-def test_a_stop_skips_a_proc_lost_while_it_runs_and_names_it(run):
+def test_a_stop_skips_a_proc_lost_while_it_runs_and_names_it(run, caplog):
+    """Nothing else reports that loss: the stop's line is a warning."""
+    caplog.set_level(logging.INFO, "danaus.supervision")
+
     def main():
         failures = record_root_failures()
         cleanups, cleaned = Channel.open()
@@ -482,6 +499,8 @@ def test_a_stop_skips_a_proc_lost_while_it_runs_and_names_it(run):
         return lost_members(stopped)
 
     assert run(main) == [("procs", {"w": 1})]
+    [(level, line)] = skipped_lines(caplog)
+    assert level == logging.WARNING and "procs rank w=1" in line
 
 
 def test_a_stop_of_an_actor_mesh_skips_members_whose_proc_was_lost(run):
