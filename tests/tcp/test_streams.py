@@ -361,6 +361,31 @@ def test_a_peer_with_another_key_is_refused_and_logged(loop, caplog):
     assert inbox.messages == [("a", [b"member"])]
 
 
+def test_a_peer_that_fails_the_challenge_is_reported_broken(loop):
+    """A listener that does not hold the job's key: its welcome proves nothing."""
+    keys = JobKeys.generate()
+    sender, inbox = make_plane(loop, "a", keys)
+    impostor = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = impostor.accept()
+        with conn:
+            conn.sendall(challenge.greeting(challenge.Ephemeral()))
+            conn.recv(challenge.ANSWER_BYTES, socket.MSG_WAITALL)
+            conn.sendall(os.urandom(challenge.WELCOME_BYTES))
+            conn.recv(1)
+
+    threading.Thread(target=serve, daemon=True).start()
+    port = impostor.getsockname()[1]
+    sender.resolved("b", f"tcp://127.0.0.1:{port},local:elsewhere")
+    sender.send("b", [b"secret"])
+    try:
+        peer, why = inbox.wait_for_break()
+    finally:
+        impostor.close()
+    assert peer == "b" and "failed the challenge" in why
+
+
 def _connect(address: str, way: str = "tcp") -> socket.socket:
     """A raw connection to a plane's TCP socket, or (``way="local"``) its Unix socket."""
     host, port, local = parse_address(address)

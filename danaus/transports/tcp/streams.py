@@ -557,7 +557,8 @@ class Outbound:
     async def _connect(self) -> None:
         """Connect and pass the challenge; retried while the peer cannot be reached yet.
 
-        A peer that fails the challenge is not tried again: its messages are dropped.
+        A peer that fails the challenge is not tried again: its messages are dropped,
+        and the link is reported broken (the controller declares one of the two lost).
         """
         plane = self._plane
         host, port, local = parse_address(self._address)
@@ -576,6 +577,7 @@ class Outbound:
                 sock.close()
                 log.error("proc %s: %s failed the challenge: %s", plane.proc, self.dest, exc)
                 self.close()
+                plane.broken(self.dest, f"it failed the challenge: {exc}")
                 return
             except (OSError, asyncio.TimeoutError) as exc:
                 sock.close()
