@@ -24,6 +24,7 @@ from danaus.core.endpoint import Accumulator, Endpoint, as_endpoint, send
 from danaus.core.errors import (
     ActorError,
     MeshStoppedError,
+    MessageTooLargeError,
     RemoteException,
     SerializationError,
     SupervisionError,
@@ -33,6 +34,7 @@ from danaus.core.instance import Instance
 from danaus.core.mesh import ActorMesh, HostMesh, ProcMesh, hosts, this_host, this_proc
 from danaus.core.ports import Channel, Port, PortReceiver
 from danaus.core.shape import Extent, Point, Shape
+from danaus.core.stopped import LostMember, Stopped
 from danaus.core.supervision import MeshFailure, RestartPolicy
 from danaus.core.undeliverable import UndeliverableMessageEnvelope
 from danaus.core.value_mesh import ValueMesh
@@ -53,8 +55,10 @@ __all__ = [
     "Future",
     "HostMesh",
     "Instance",
+    "LostMember",
     "MeshFailure",
     "MeshStoppedError",
+    "MessageTooLargeError",
     "Point",
     "Port",
     "PortReceiver",
@@ -63,6 +67,7 @@ __all__ = [
     "RestartPolicy",
     "SerializationError",
     "Shape",
+    "Stopped",
     "SupervisionError",
     "UndeliverableMessageEnvelope",
     "ValueMesh",

@@ -23,7 +23,9 @@ def test_messages_arrive_in_time_then_send_order_whatever_their_lane(seed):
     for i, proc in enumerate(procs):
         network.add_host(f"h{i % 3}")
         endpoint = network.attach(proc, f"h{i % 3}")
-        endpoint.start(lambda src, frames: arrived.append((env.now, int(frames[0][:4]))), None)
+        endpoint.start(
+            lambda src, frames: arrived.append((env.now, int(frames[0][:4]))), None, None
+        )
         network.up(proc)
     heals = []
     sent = 0
@@ -60,7 +62,7 @@ def test_a_proc_attached_again_gets_what_is_sent_to_its_id_even_in_flight():
 
     def attach(proc: str, host: str, name: str):
         endpoint = network.attach(proc, host)
-        endpoint.start(lambda src, frames: got.append((name, bytes(frames[0]))), None)
+        endpoint.start(lambda src, frames: got.append((name, bytes(frames[0]))), None, None)
         network.up(proc)
         return endpoint
 

@@ -42,11 +42,9 @@ def _answer_later(runtime: Runtime, port: Port[Any], work: Callable[[], Awaitabl
 
     async def run() -> None:
         try:
-            result = await work()
-        except Exception as exc:
+            port.send(await work())
+        except Exception as exc:  # also an answer too large to send
             port.exception(exc)
-        else:
-            port.send(result)
 
     runtime.loop.create_task(run())
 

@@ -59,9 +59,12 @@ def configure(
 
     ``cast_fanout`` (every transport; None: ``$DANAUS_CAST_FANOUT``, else 8)
     is how many procs a cast's sender, and each proc that passes it on, sends
-    it to at most (`danaus.core.casting`). Call before anything else touches
-    Danaus; to switch later, call ``danaus.shutdown()`` first. The choice holds
-    for every world this process makes from then on.
+    it to at most (`danaus.core.casting`). The other options are the
+    transport's; ``max_message_bytes``, which every transport takes, bounds the
+    payload of each message (a larger one raises `MessageTooLargeError` where it
+    is sent). Call before anything else touches Danaus; to switch later, call
+    ``danaus.shutdown()`` first. The choice holds for every world this process
+    makes from then on.
     """
     global _choice
     if _world is not None:

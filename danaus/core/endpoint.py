@@ -18,6 +18,7 @@ from danaus.core.ports import (
     FirstHandler,
     FoldHandler,
     GatherHandler,
+    OutcomesHandler,
     Port,
     ReplyHandler,
     StreamHandler,
@@ -67,7 +68,9 @@ class Endpoint(Generic[P, R]):
         self._spec.check(args, kwargs)
         payload = dumps((args, kwargs), f"an argument of {self._spec.owner}.{self._spec.name}()")
         sender = context().actor_instance
-        return sender._runtime, sender, payload
+        runtime = sender._runtime
+        runtime.check_size(payload, "a call of %s.%s()", self._spec.owner, self._spec.name)
+        return runtime, sender, payload
 
     def _cast(
         self,
@@ -158,6 +161,15 @@ class Endpoint(Generic[P, R]):
             f"an endpoint of a mesh is called through an adverb: "
             f"mesh.{self.name}.call(...), or call_one, choose, stream, broadcast"
         )
+
+    def _outcomes(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Future[list[Any]]:
+        """Call every actor; a future of each one's answer, or exception, in rank order."""
+
+        def each(procs: list[str], loop: asyncio.AbstractEventLoop) -> tuple[ReplyHandler, Any]:
+            afut, future = new_future(loop)
+            return OutcomesHandler(procs, afut), future
+
+        return self._cast(args, kwargs, each)
 
     def __repr__(self) -> str:
         return f"<Endpoint {self._spec.owner}.{self._spec.name} of {self._mesh!r}>"

@@ -124,6 +124,15 @@ class SerializationError(TypeError):
     """A value could not be pickled or unpickled for sending between processes."""
 
 
+class MessageTooLargeError(ValueError):
+    """A message is larger than the job's ``max_message_bytes``; it was not delivered.
+
+    Raised where the message is sent (the arguments of a call, a value sent to
+    a port), or at the caller when the answer, or the receiving proc, refused it.
+    The message names the size and the limit.
+    """
+
+
 class RemoteException(Exception):
     """Stands in for a remote exception that could not be rebuilt here."""
 

@@ -29,6 +29,7 @@ from danaus.core.errors import (
     CONTEXT,
     ActorError,
     MeshStoppedError,
+    MessageTooLargeError,
     SupervisionError,
     chain_link,
 )
@@ -776,7 +777,8 @@ class Instance:
         assert call.reply is not None
         try:
             frames = dumps(result, "result of %s.%s", self.class_name, call.method)
-        except TypeError as exc:
+            self._runtime.check_size(frames, "the answer of %s.%s", self.class_name, call.method)
+        except (TypeError, MessageTooLargeError) as exc:
             frames, error = actor_error_payload(self.actor_id, exc), True
         else:
             error = False

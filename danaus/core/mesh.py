@@ -8,7 +8,6 @@ members, members replaced by restarts), which slices of it share.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import logging
 from collections.abc import Sequence
@@ -19,7 +18,6 @@ from danaus.core.blocking import discard_outcome
 from danaus.core.bootstrap import CommandChoice, commands_for
 from danaus.core.context import context
 from danaus.core.endpoint import Endpoint, NotAnEndpoint
-from danaus.core.errors import SupervisionError
 from danaus.core.future import Future
 from danaus.core.instance import InstanceKind, SpawnOrder
 from danaus.core.logs import LoggingOptions
@@ -27,6 +25,7 @@ from danaus.core.names import NumberedNames
 from danaus.core.owned import STOP_TIMEOUT, OwnedMesh
 from danaus.core.serialize import dumps
 from danaus.core.shape import Extent, MeshTrait, Shape
+from danaus.core.stopped import LostMember, Outcomes, Stopped, skipped
 from danaus.core.suggest import close_names
 from danaus.core.supervision import RestartPolicy, class_path
 
@@ -66,20 +65,22 @@ class _Mesh(MeshTrait):
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
-    def stop(self, timeout: float = STOP_TIMEOUT) -> Future[None]:
+    def stop(self, timeout: float = STOP_TIMEOUT) -> Future[Stopped]:
         """Stop the whole mesh (all of it, even when called on a slice).
 
         Members take no new messages, finish the queued ones, stop the meshes
         they own, then run ``__cleanup__``; after ``timeout`` seconds the rest are
-        abandoned (and procs killed). Stopping is not a failure.
+        abandoned (and procs killed). Stopping is not a failure: members lost
+        before or during the stop are skipped, and the future's `Stopped` names
+        them.
         """
         owner = _caller()
         owned = self._owner_view()
         if not owned.end():
-            return owner._runtime.done()
+            return owner._runtime.done(Stopped())
         return owner._runtime.submit(owned.mesh._stop_members(timeout))
 
-    async def _stop_members(self, timeout: float) -> None:
+    async def _stop_members(self, timeout: float) -> Stopped:
         raise NotImplementedError
 
     def _own(self, owned: OwnedMesh) -> Any:
@@ -194,37 +195,52 @@ class HostMesh(_Mesh):
         owned = OwnedMesh(name, ProcMesh._kind, owner, initialized=started)
         return ProcMesh(mesh_id, procs, shape, self, owned)._own(owned)
 
-    def stop(self, timeout: float = STOP_TIMEOUT) -> Future[None]:
+    def stop(self, timeout: float = STOP_TIMEOUT) -> Future[Stopped]:
         """Stop every proc mesh the caller spawned on these hosts.
 
         On the host mesh `attach_to_workers` returned (not a slice or a
         reference), the hosts are released as well: what runs there ends, and
-        the workers wait for another controller to attach.
+        the workers wait for another controller to attach. Hosts and procs lost
+        before or during the stop are skipped, and the future's `Stopped`
+        names them.
         """
         if self._owned is not None:
             return super().stop(timeout)
         owner = _caller()
-        return owner._runtime.submit(self._stop_proc_meshes(owner, timeout))
+        return owner._runtime.submit(self._stop_hosted(owner, timeout))
 
-    async def _stop_members(self, timeout: float) -> None:
-        await self._release(timeout, final=False)
+    async def _stop_members(self, timeout: float) -> Stopped:
+        return await self._release(timeout, final=False)
 
-    async def _release(self, timeout: float, final: bool) -> None:
+    async def _release(self, timeout: float, final: bool) -> Stopped:
         owned = self._owner_view()
-        await self._stop_proc_meshes(owned.owner, timeout)
+        stopped = await self._stop_hosted(owned.owner, timeout)
         await owned.owner._runtime.world.release(self._procs, final)
+        return stopped
 
-    async def _stop_proc_meshes(self, owner: Instance, timeout: float) -> None:
+    async def _stop_hosted(self, owner: Instance, timeout: float) -> Stopped:
+        """Stop the proc meshes ``owner`` spawned on these hosts, newest first; with the
+        hosts found lost, they are what the stop skipped."""
         hosts = set(self._procs)
         mine = [
             owned
             for owned in owner.owned
             if isinstance(owned.mesh, ProcMesh) and set(owned.mesh._host_mesh._procs) & hosts
         ]
+        known = set(owner._runtime.lost_procs)
+        stopped = Stopped()
         for owned in reversed(mine):
-            await owned.stop(timeout)
+            stopped += await owned.stop(timeout)
+        name = self._owned.name if self._owned is not None else self._mesh_id
+        lost = owner._runtime.lost_procs
+        members = [
+            LostMember(name, self._shape.point(index), lost[self._procs[rank]])
+            for index, rank in enumerate(self._shape.ranks())
+            if self._procs[rank] in lost
+        ]
+        return stopped + skipped(self._kind, name, members, known)
 
-    def shutdown(self, timeout: float = STOP_TIMEOUT) -> Future[None]:
+    def shutdown(self, timeout: float = STOP_TIMEOUT) -> Future[Stopped]:
         """Stop every proc mesh the caller spawned on these hosts, and end this host mesh.
 
         Afterwards `spawn_procs` and `shutdown` on it raise `RuntimeError`
@@ -232,7 +248,8 @@ class HostMesh(_Mesh):
         own host meshes can be shut down; a slice or a reference raises
         `RuntimeError`. The host mesh `attach_to_workers` returned also ends its
         workers: no controller can attach to them again. The controller's own
-        host stays up: `this_host` gives a new, usable host mesh of it.
+        host stays up: `this_host` gives a new, usable host mesh of it. As with
+        `stop`, what was lost is skipped and named in the future's `Stopped`.
         """
         if self._owned is not None:
             owned = self._owner_view()
@@ -383,11 +400,13 @@ class ProcMesh(_Mesh):
             raise TypeError(f"{cls.__qualname__}(): {exc}") from None
         owner = _caller()
         runtime = owner._runtime
+        built = dumps((cls, args, kwargs), f"an argument of {cls.__qualname__}()")
+        runtime.check_size(built, "spawning %s with these arguments", cls.__qualname__)
         mesh_id = runtime.new_id()
         order = SpawnOrder(
             mesh_id,
             name,
-            dumps((cls, args, kwargs), f"an argument of {cls.__qualname__}()"),
+            built,
             owner.actor_id,
             (runtime.proc_id, owner.key),
             self,
@@ -405,17 +424,34 @@ class ProcMesh(_Mesh):
         _proc_agents(self).spawn.broadcast(order)
         return mesh  # type: ignore[return-value]  # the mesh stands for a T: see above
 
-    async def _stop_members(self, timeout: float) -> None:
-        """Stop every actor on these procs (children first), then end the procs."""
+    async def _stop_members(self, timeout: float) -> Stopped:
+        """Stop every actor on these procs (children first), then end the procs.
+
+        Procs lost before or during the stop, on their own or with their host,
+        are skipped (and named in the result); other errors are raised once the
+        rest is stopped.
+        """
         owned = self._owner_view()
         for child in owned.children:
             child.end(with_procs=True)
-        with contextlib.suppress(SupervisionError):
-            await _proc_agents(self).stop_all.call(timeout)
-        with contextlib.suppress(SupervisionError):  # a lost host's procs are gone with it
-            await self._host_mesh._agents().stop_procs.call(self._mesh_id, timeout)
+        known = set(owned.owner._runtime.lost_procs)
+        outcomes = Outcomes()
+        lost = outcomes.losses(await _proc_agents(self).stop_all._outcomes((timeout,), {}))
+        hosts = self._host_mesh
+        stopping = hosts._agents().stop_procs._outcomes((self._mesh_id, timeout), {})
+        lost_hosts = outcomes.losses(await stopping)
+        procs, losses = self._members(), owned.owner._runtime.lost_procs
+        per_host = len(procs) // len(hosts)
+        for base, proc in enumerate(procs):
+            host_loss = lost_hosts.get(base // per_host)
+            if host_loss is not None:  # the proc was lost with its host, if not before
+                lost.setdefault(base, losses.get(proc, host_loss))
+        members = [LostMember(owned.name, self._shape.point(i), lost[i]) for i in sorted(lost)]
+        stopped = skipped(self._kind, owned.name, members, known)
         for replacement in owned.replacements:
-            await replacement._owner_view().stop()
+            stopped += await replacement._owner_view().stop()
+        outcomes.raise_first()
+        return stopped
 
     def __repr__(self) -> str:
         return f"<ProcMesh {self._mesh_id} {self.sizes}>"
@@ -483,10 +519,19 @@ class ActorMesh(_Mesh, Generic[T]):
         """Settles when every actor has run ``__init__`` (raises if one failed)."""
         return Endpoint(self, self._endpoints["__initialized__"])._fold((), {}, None, _ignore)
 
-    async def _stop_members(self, timeout: float) -> None:
-        """No new messages; queued ones finish; owned meshes stop; then ``__cleanup__``."""
-        with contextlib.suppress(SupervisionError):
-            await _proc_agents(self).stop_actor.call(self._mesh_id, timeout)
+    async def _stop_members(self, timeout: float) -> Stopped:
+        """No new messages; queued ones finish; owned meshes stop; then ``__cleanup__``.
+
+        Members whose proc was lost are skipped (and named in the result).
+        """
+        known = set(self._owner_view().owner._runtime.lost_procs)
+        outcomes = Outcomes()
+        answers = await _proc_agents(self).stop_actor._outcomes((self._mesh_id, timeout), {})
+        lost = outcomes.losses(answers)
+        members = [LostMember(self._name, self._shape.point(i), lost[i]) for i in sorted(lost)]
+        stopped = skipped(self._kind, self._name, members, known)
+        outcomes.raise_first()
+        return stopped
 
     def __repr__(self) -> str:
         return f"<ActorMesh {self._name} {self.sizes}>"

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from danaus.core import trace as ev
 from danaus.core.errors import MeshStoppedError, SupervisionError
+from danaus.core.stopped import Stopped
 from danaus.core.supervision import MeshFailure, RestartBudget, RestartPolicy
 
 if TYPE_CHECKING:
@@ -114,10 +115,11 @@ class OwnedMesh:
             self.owner.owned.remove(self)
         return True
 
-    async def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+    async def stop(self, timeout: float = STOP_TIMEOUT) -> Stopped:
         """End the mesh and stop its members (nothing to do if it was already stopped)."""
         if self.end():
-            await self.mesh._stop_members(timeout)
+            return await self.mesh._stop_members(timeout)
+        return Stopped()
 
     def member_failed(self, base: int, failure: MeshFailure) -> bool:
         """Record a failed member; False if it was already known to have failed."""

@@ -189,6 +189,21 @@ class StreamHandler(ReplyHandler):
         _settle(self.afuts.popleft(), value, exc)
 
 
+class OutcomesHandler(ReplyHandler):
+    """Every answer or error, by rank, once all are in: for a caller that must hear from
+    every member whatever happened to the others (a stop)."""
+
+    def __init__(self, procs: Sequence[str], afut: asyncio.Future[Any]) -> None:
+        super().__init__(procs)
+        self.afut = afut
+        self.outcomes: list[Any] = [None] * len(procs)
+
+    def arrived(self, rank: int, value: Any, exc: BaseException | None) -> None:
+        self.outcomes[rank] = value if exc is None else exc
+        if not self.remaining:
+            _settle(self.afut, self.outcomes)
+
+
 class FoldHandler(ReplyHandler):
     """``Accumulator``: fold every reply into one value."""
 
@@ -298,7 +313,11 @@ class Port(Generic[R]):
         self._return_undeliverable = bool(value)
 
     def send(self, value: R) -> None:
-        """Send ``value`` to the port's receiver."""
+        """Send ``value`` to the port's receiver.
+
+        Raises `MessageTooLargeError` if it pickles to more than the job's
+        ``max_message_bytes``.
+        """
         self._post(dumps(value, "value sent to a port"), error=False)
 
     def exception(self, exc: BaseException) -> None:
@@ -310,7 +329,9 @@ class Port(Generic[R]):
             return
         ctx = context()
         rank = self._rank if self._rank is not None else ctx.message_rank.rank
-        ctx.actor_instance._runtime.send_reply(
+        runtime = ctx.actor_instance._runtime
+        runtime.check_size(payload, "a value sent to a port")
+        runtime.send_reply(
             ctx.actor_instance, self._ref, rank, payload, error, self._return_undeliverable
         )
 

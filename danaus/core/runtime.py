@@ -20,7 +20,12 @@ from typing import TYPE_CHECKING, Any
 from danaus.core import trace as ev
 from danaus.core.casting import Relays, Targets
 from danaus.core.config import fault_hook
-from danaus.core.errors import MeshStoppedError, SerializationError, SupervisionError
+from danaus.core.errors import (
+    MeshStoppedError,
+    MessageTooLargeError,
+    SerializationError,
+    SupervisionError,
+)
 from danaus.core.future import Future, transfer_outcome
 from danaus.core.instance import Instance, InstanceKind
 from danaus.core.observer import Observer, from_environment
@@ -45,6 +50,7 @@ from danaus.core.wire import (
     decode,
     encode,
     rejected,
+    rejected_reply,
 )
 
 if TYPE_CHECKING:
@@ -132,7 +138,7 @@ class Runtime:
         """Host the system actors and begin receiving."""
         for key, actor in (system_actors or {}).items():
             self._actors[key] = Instance.system(self, key, actor)
-        self.transport.start(self._on_frames, self._on_loss)
+        self.transport.start(self._on_frames, self._on_loss, self._on_refused)
 
     def observe(self, observer: Observer | None) -> None:
         """Report to ``observer`` from now on (None: to nobody)."""
@@ -166,13 +172,25 @@ class Runtime:
         self.on_loop(start)
         return Future(self.loop, afut)
 
-    def done(self) -> Future[None]:
-        """A future that is already done: for requests with nothing left to do."""
+    def done(self, value: Any = None) -> Future[Any]:
+        """A future that is already done, with ``value``: for requests with nothing left to do."""
         afut = self.loop.create_future()
-        afut.set_result(None)
+        afut.set_result(value)
         return Future(self.loop, afut)
 
     # ---- sending -------------------------------------------------------------------
+
+    def check_size(self, payload: Sequence[Buffer], what: str, *about: object) -> None:
+        """Raise `MessageTooLargeError` if ``payload`` is over the job's ``max_message_bytes``.
+
+        ``what % about`` names the message (formatted only then).
+        """
+        limit = self.world.max_message_bytes
+        if limit is not None and (size := nbytes(payload)) > limit:
+            raise MessageTooLargeError(
+                f"{what % about} is {size} bytes, more than the job's max_message_bytes "
+                f"({limit}); it was not sent"
+            )
 
     def send_call(
         self,
@@ -441,18 +459,33 @@ class Runtime:
             )
             self._route_failure(payload)
 
-    def _refuse(self, src: str, frames: list[Buffer], error: FrameError) -> None:
+    def _on_refused(self, src: str, frames: list[Buffer], error: BaseException) -> None:
+        """The transport refused a message from ``src`` (too large): its sender hears why."""
+        reply = rejected_reply(frames)
+        if reply is not None:  # an answer to a call of this proc's, which now fails
+            handler = self._ports.get(reply.port)
+            if handler is not None:
+                handler.deliver(reply.rank, dumps(error), True)
+            return
+        self._refuse(src, frames, error)
+
+    def _refuse(self, src: str, frames: list[Buffer], error: BaseException) -> None:
         """A call or cast from ``src`` was rejected: nobody must wait on it forever.
 
-        Its caller hears why, for this proc and for those it was to forward to;
-        calls numbered after it are not held behind it; a cast is acknowledged
-        to ``src``, which keeps it until then.
+        Its caller hears why (``error``, or a `SerializationError` for a message
+        that could not be read), for this proc and for those it was to forward
+        to; calls numbered after it are not held behind it; a cast is
+        acknowledged to ``src``, which keeps it until then.
         """
         found = rejected(frames, src)
         if found is None:
             return
         if found.reply is not None:
-            refused = SerializationError(f"proc {self.proc_id} rejected the call: {error}")
+            refused = (
+                error
+                if isinstance(error, MessageTooLargeError)
+                else SerializationError(f"proc {self.proc_id} rejected the call: {error}")
+            )
             for point in found.points:
                 self.send_reply(self.client, found.reply, point, dumps(refused), error=True)
         if found.seq is not None:

@@ -46,6 +46,10 @@ ROOT = "root"
 
 FrameHandler = Callable[[str, list[Buffer]], None]
 """Receives ``(sender proc, frames)`` on the world's loop thread."""
+RefusalHandler = Callable[[str, list[Buffer], BaseException], None]
+"""Told, on the world's loop thread, of a message from ``sender proc`` that its transport
+refused before delivery: its leading frames that were read (its envelope first, unless even
+that was too large to read), and the error its sender is to get (`MessageTooLargeError`)."""
 
 
 @dataclass(frozen=True)
@@ -148,8 +152,15 @@ class Transport(ABC):
     """Why transfers are not one-sided on a transport that can make them so (for the warning)."""
 
     @abstractmethod
-    def start(self, on_frames: FrameHandler, on_loss: LossHandler) -> None:
-        """Begin delivering. Both callbacks are called on the world's loop thread."""
+    def start(
+        self, on_frames: FrameHandler, on_loss: LossHandler, on_refused: RefusalHandler
+    ) -> None:
+        """Begin delivering. The callbacks are called on the world's loop thread.
+
+        A message the transport refuses (larger than the world's
+        ``max_message_bytes``) goes to ``on_refused``, in its place in the order
+        of its sender's messages; the connection goes on with the next one.
+        """
 
     @abstractmethod
     def send(self, dest: str, frames: Sequence[Buffer]) -> None:
@@ -157,7 +168,9 @@ class Transport(ABC):
 
         Messages from this proc to one destination arrive in the order sent,
         each once, while both procs live. Sending to a proc that is gone drops
-        the message; the loss is reported through ``on_loss`` to watchers.
+        the message; the loss is reported through ``on_loss`` to watchers. A
+        link that breaks while both procs live is never left half-open: one of
+        the two is declared lost.
         The frames may be read after ``send`` returns; callers do not mutate them.
         """
 
@@ -266,6 +279,10 @@ class World(ABC):
     """The most procs of the job a host runs at once: a ``spawn_procs`` asking more of each
     host is refused before anything starts, and each host refuses a request that would take
     the procs it runs beyond it."""
+    max_message_bytes: int | None = None
+    """The largest payload a message may have (its pickled arguments, answer or value; its
+    envelope comes on top), the same in every proc of the job: the runtime refuses to send a
+    larger one, and a proc refuses to receive one (None: no limit)."""
     sites: Sites | None = None
     """The live fault sites of a chaos run on this world, if any."""
     fault_hook: FaultHook | None = None

@@ -266,6 +266,18 @@ def rejected(frames: Sequence[Buffer], sender: str) -> Rejected | None:
     return Rejected(origin, _count(call[8]), reply, tuple(dict.fromkeys(points)), hop)
 
 
+def rejected_reply(frames: Sequence[Buffer]) -> Reply | None:
+    """The envelope of an answer whose payload was refused, if ``frames`` begin with one."""
+    header = memoryview(frames[0]) if frames else memoryview(b"")
+    if header.nbytes > MAX_HEADER_BYTES or bytes(header[:_PREFIX_BYTES]) != _PREFIX:
+        return None
+    try:
+        envelope = _decoder.decode(header[_PREFIX_BYTES:])
+    except (msgspec.MsgspecError, ValueError):
+        return None
+    return envelope if isinstance(envelope, Reply) and envelope.rank >= 0 else None
+
+
 def _count(value: object) -> int | None:
     """``value`` if it is a non-negative int (as a count or number on the wire must be)."""
     return value if type(value) is int and value >= 0 else None

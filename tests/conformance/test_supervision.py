@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import subprocess
 import sys
@@ -427,6 +428,95 @@ def test_stop_gives_up_on_actors_that_never_finish(run):
         return True
 
     assert run(main)
+
+
+class Lingering(Actor):
+    """Says when its ``__cleanup__`` begins; the member at ``stuck`` then never ends it."""
+
+    def __init__(self, cleanups: Port[int], stuck: int) -> None:
+        self.cleanups = cleanups
+        self.stuck = stuck
+        self.rank = current_rank().rank
+
+    @endpoint
+    def ping(self) -> int:
+        return self.rank
+
+    def __cleanup__(self, exc: BaseException | None) -> None:
+        self.cleanups.send(self.rank)
+        if self.rank == self.stuck:
+            _, never = Channel.open()
+            never.recv().get()
+
+
+def lost_members(stopped: danaus.Stopped) -> list[tuple[str, dict[str, int]]]:
+    return [(member.mesh, dict(member.rank)) for member in stopped.lost]
+
+
+def skipped_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
+    return [
+        (r.levelno, r.getMessage())
+        for r in caplog.records
+        if r.name == "danaus.supervision" and "skipped" in r.getMessage()
+    ]
+
+
+def test_a_stop_skips_a_proc_lost_before_it_and_names_it(run, caplog):
+    """The loss was reported when it happened: the stop's line is news to nobody."""
+    caplog.set_level(logging.INFO, "danaus.supervision")
+
+    def main():
+        failures = record_root_failures()
+        cleanups, cleaned = Channel.open()
+        procs = this_host().spawn_procs({"w": 3})
+        procs.spawn("l", Lingering, cleanups, -1).initialized.get(timeout=30)
+        crash(procs.slice(w=1))
+        assert dict(failures.recv().get(timeout=30).rank) == {"w": 1}
+        stopped = procs.stop().get(timeout=60)
+        assert sorted(cleaned.recv().get(timeout=30) for _ in range(2)) == [0, 2]
+        assert_no_more(failures)
+        return lost_members(stopped), stopped.lost[0].loss.signal
+
+    assert run(main) == ([("procs", {"w": 1})], 9)
+    [(level, line)] = skipped_lines(caplog)
+    assert level == logging.INFO and "proc mesh 'procs' skipped 1 lost member(s)" in line
+
+
+def test_a_stop_skips_a_proc_lost_while_it_runs_and_names_it(run, caplog):
+    """Nothing else reports that loss: the stop's line is a warning."""
+    caplog.set_level(logging.INFO, "danaus.supervision")
+
+    def main():
+        failures = record_root_failures()
+        cleanups, cleaned = Channel.open()
+        procs = this_host().spawn_procs({"w": 3})
+        procs.spawn("l", Lingering, cleanups, 1).initialized.get(timeout=30)
+        stopping = procs.stop()
+        assert sorted(cleaned.recv().get(timeout=30) for _ in range(3)) == [0, 1, 2]
+        crash(procs.slice(w=1))  # its __cleanup__ never ends: the stop waits on it
+        stopped = stopping.get(timeout=60)
+        assert_no_more(failures)
+        return lost_members(stopped)
+
+    assert run(main) == [("procs", {"w": 1})]
+    [(level, line)] = skipped_lines(caplog)
+    assert level == logging.WARNING and "procs rank w=1" in line
+
+
+def test_a_stop_of_an_actor_mesh_skips_members_whose_proc_was_lost(run):
+    def main():
+        failures = record_root_failures()
+        cleanups, cleaned = Channel.open()
+        mesh = this_host().spawn_procs({"w": 2}).spawn("l", Lingering, cleanups, -1)
+        mesh.initialized.get(timeout=30)
+        crash(mesh.slice(w=0))
+        failures.recv().get(timeout=30)
+        stopped = mesh.stop().get(timeout=60)
+        assert cleaned.recv().get(timeout=30) == 1
+        again = mesh.stop().get(timeout=60)
+        return lost_members(stopped), again.lost
+
+    assert run(main) == ([("l", {"w": 0})], ())
 
 
 def test_a_restarted_members_lost_process_is_reported_under_its_new_id(run):

@@ -41,9 +41,16 @@ class Transport:
 
 
 def _run_sim(
-    main: Callable[[], Any], hosts: int = 2, seed: int = 0, cast_fanout: int | None = None
+    main: Callable[[], Any],
+    hosts: int = 2,
+    seed: int = 0,
+    cast_fanout: int | None = None,
+    max_message_bytes: int | None = None,
 ) -> Any:
-    return danaus.sim.run(main, hosts=hosts, seed=seed, cast_fanout=cast_fanout).value
+    run = danaus.sim.run(
+        main, hosts=hosts, seed=seed, cast_fanout=cast_fanout, max_message_bytes=max_message_bytes
+    )
+    return run.value
 
 
 def _runner(

@@ -26,6 +26,7 @@ from danaus.core import awake
 from danaus.rdma import RDMABuffer
 from tests.cluster import Cluster
 from tests.multihost.conftest import DETECTED, FAST, ROOT
+from tests.multihost.lost_hosts import LOST, VICTIM, stop_losing_a_host
 from tests.tcp.conftest import wait_until
 from tests.tcp.test_fork_server import Process
 from tests.ucx.probe import Probe
@@ -287,3 +288,17 @@ procs.initialized.get(timeout=120)
 print("6 procs up", flush=True)
 time.sleep(600)
 """
+
+
+@pytest.mark.parametrize("when", ["before", "during"])
+def test_a_stop_skips_a_crashed_host_and_the_controllers_exit_leaves_the_others_waiting(
+    job, host_control, when
+):
+    victim = job.hosts[VICTIM]
+    mesh = hosts()
+    outcome = stop_losing_a_host(mesh, mesh.stop, lambda: host_control.crash(victim.address), when)
+    assert outcome.lost == LOST
+    assert len(outcome.failures) == (2 if when == "before" else 0)
+    danaus.shutdown()
+    for host in (job.hosts[0], job.hosts[2]):
+        wait_until(lambda h=host: job.clean(h), 60, f"{host.name} to wait, with nothing of the job")

@@ -8,6 +8,7 @@ needs to kill it). Tests that need hosts of their own are in ``test_cluster.py``
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import signal
 import socket
@@ -20,7 +21,8 @@ import zmq
 
 import danaus
 from danaus import Actor, SupervisionError, current_rank, endpoint
-from tests.multihost.conftest import ROOT, Worker
+from tests.multihost.conftest import FAST, ROOT, Worker
+from tests.multihost.lost_hosts import LOST, VICTIM, stop_losing_a_host
 from tests.tcp.conftest import alive, run_script, wait_until
 
 
@@ -390,3 +392,92 @@ def test_the_key_can_come_from_a_file(workers, controller, tmp_path, monkeypatch
     controller()
     monkeypatch.setenv("DANAUS_JOB_KEY_FILE", str(key_file))
     danaus.attach_to_workers(workers=[worker.address]).initialized.get(timeout=60)
+
+
+def kill_tree(worker: Worker) -> None:
+    """Kill the worker and everything under it at once, as if its machine died."""
+    for pid in [worker.process.pid, *worker.group()]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture(params=["tcp", "ucx"])
+def transport(request: pytest.FixtureRequest) -> str:
+    if request.param == "ucx" and importlib.util.find_spec("ucxx") is None:
+        pytest.skip("the ucx transport needs the ucxx package")
+    return request.param
+
+
+@pytest.mark.parametrize("when", ["before", "during"])
+def test_a_shutdown_skips_a_host_lost_before_or_during_it_and_ends_the_others(
+    workers, controller, transport, when, caplog
+):
+    """The lost host's worker is gone with it: nothing waits for it to confirm its release."""
+    key = danaus.make_job_key()
+    three = [workers(key) for _ in range(3)]
+    controller(transport)
+    hosts = danaus.attach_to_workers(workers=[w.address for w in three], key=key)
+    outcome = stop_losing_a_host(hosts, hosts.shutdown, lambda: kill_tree(three[VICTIM]), when)
+    assert outcome.lost == LOST
+    assert len(outcome.failures) == (2 if when == "before" else 0)
+    for survivor in (three[0], three[2]):
+        assert survivor.process.wait(30) == 0, survivor.output()
+        assert not survivor.group()
+    victim = hosts._procs[VICTIM]
+    assert f"{victim} did not confirm its release" not in caplog.text
+
+
+def test_a_stop_skips_a_lost_host_and_the_controllers_exit_leaves_the_others_waiting(
+    workers, controller
+):
+    key = danaus.make_job_key()
+    three = [workers(key) for _ in range(3)]
+    controller()
+    hosts = danaus.attach_to_workers(workers=[w.address for w in three], key=key)
+    outcome = stop_losing_a_host(hosts, hosts.stop, lambda: kill_tree(three[VICTIM]), "before")
+    assert outcome.lost == LOST
+    danaus.shutdown()
+    survivors = [three[0], three[2]]
+    assert all(s.process.poll() is None for s in survivors), "a stopped host's worker waits"
+    danaus.configure(transport="tcp", **FAST)
+    again = danaus.attach_to_workers(workers=[s.address for s in survivors], key=key)
+    again.spawn_procs().initialized.get(timeout=60)
+
+
+class Tidy(Actor):
+    """Leaves a file named after its rank in ``folder`` when it cleans up."""
+
+    def __init__(self, folder: str) -> None:
+        self.mark = Path(folder) / "-".join(f"{k}{v}" for k, v in current_rank().items())
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+    def __cleanup__(self, exc: BaseException | None) -> None:
+        self.mark.touch()
+
+
+def test_the_controllers_exit_after_a_lost_host_stops_every_mesh_and_leaves_workers_waiting(
+    workers, controller, tmp_path
+):
+    """The exit stops the newest mesh, which lost a host, then the older one, all of it."""
+    key = danaus.make_job_key()
+    three = [workers(key) for _ in range(3)]
+    controller()
+    failures: list[danaus.MeshFailure] = []
+    danaus.unhandled_fault_hook = failures.append
+    hosts = danaus.attach_to_workers(workers=[w.address for w in three], key=key)
+    (tmp_path / "n").mkdir()
+    older = hosts.slice(hosts=slice(0, 3, 2)).spawn_procs().spawn("older", Tidy, str(tmp_path))
+    newer = hosts.spawn_procs(per_host={"gpus": 2}).spawn("newer", Tidy, str(tmp_path / "n"))
+    pids = [*older.pid.call().get(timeout=60).values(), *newer.pid.call().get(timeout=60).values()]
+    kill_tree(three[VICTIM])
+    wait_until(lambda: len(failures) == 2, 60, "the loss of the host's two procs")
+    danaus.shutdown()
+    assert sorted(p.name for p in tmp_path.glob("hosts*")) == ["hosts0", "hosts1"]
+    cleaned = sorted(p.name for p in (tmp_path / "n").iterdir())
+    assert cleaned == ["hosts0-gpus0", "hosts0-gpus1", "hosts2-gpus0", "hosts2-gpus1"]
+    wait_until(lambda: not any(map(alive, pids)), 30, "every proc of the job to end")
+    for survivor in (three[0], three[2]):
+        assert survivor.process.poll() is None, "the worker waits for another controller"

@@ -94,7 +94,7 @@ def _assemble(data: bytes, key: bytes | None, max_message: int) -> list[list[byt
     for length, body in _records(data):
         assembly.check_length(body.nbytes)
         whole = assembly.opened(length, body)
-        if whole is not None:
+        if isinstance(whole, list):  # not None (more to come), nor a Refusal (too large)
             messages.append([bytes(frame) for frame in whole])
     return messages
 

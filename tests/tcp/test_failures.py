@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from danaus import Actor, SupervisionError, endpoint, this_host
+from danaus import Actor, SupervisionError, context, endpoint, this_host
 from tests.conformance.test_supervision import record_root_failures
 from tests.tcp.conftest import run_script, wait_until
 
@@ -25,6 +25,31 @@ class Crasher(Actor):
     @endpoint
     def ping(self) -> str:
         return "pong"
+
+
+class Closer(Crasher):
+    @endpoint
+    def close_connections_from(self, peer: str) -> None:
+        """Close this proc's data connections from ``peer``, as it closes one on which a peer
+        sent what breaks the protocol."""
+        plane = context().actor_instance._runtime.transport.data
+        plane.call_on_loop(lambda: plane._close_inbound_from(peer))
+
+
+def test_a_data_connection_that_breaks_between_live_procs_ends_with_one_declared_lost(tcp):
+    """Never half-open: the controller's next call finds the connection broken, and the proc
+    at its other end is declared lost, which its caller and its owner are told."""
+    tcp()
+    failures = record_root_failures()
+    closers = this_host().spawn_procs({"w": 2}).spawn("c", Closer)
+    closers.slice(w=0).close_connections_from.call_one("root").get(timeout=30)
+    with pytest.raises(SupervisionError, match="unreachable over its data connection from root"):
+        for _ in range(100):  # the first writes may still reach the socket's buffer
+            closers.slice(w=0).ping.call_one().get(timeout=30)
+    failure = failures.recv().get(timeout=30)
+    assert dict(failure.rank) == {"w": 0}
+    assert "its connection broke" in failure.cause
+    assert closers.slice(w=1).ping.call_one().get(timeout=30) == "pong"
 
 
 def test_segfault_is_a_supervised_failure(tcp):

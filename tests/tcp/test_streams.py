@@ -20,7 +20,7 @@ import pytest
 from danaus.transports import challenge
 from danaus.transports.tcp import ring
 from danaus.transports.tcp.buffers import BufferCache, allocate
-from danaus.transports.tcp.limits import Limits, MiB
+from danaus.transports.tcp.limits import ENVELOPE_ROOM, Limits, MiB
 from danaus.transports.tcp.records import LENGTH, RING_RECORD
 from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.tcp.security import JobKeys
@@ -63,12 +63,28 @@ class Inbox:
 
     def __init__(self) -> None:
         self.messages: list[tuple[str, list[bytes]]] = []
+        self.breaks: list[tuple[str, str]] = []
         self._changed = threading.Condition()
 
     def receive(self, src: str, frames: list[Any]) -> None:
         with self._changed:
             self.messages.append((src, [bytes(frame) for frame in frames]))
             self._changed.notify_all()
+
+    def broke(self, peer: str, reason: str) -> None:
+        """A peer whose connection broke, and why."""
+        with self._changed:
+            self.breaks.append((peer, reason))
+            self._changed.notify_all()
+
+    def wait_for_break(self, timeout: float = 30) -> tuple[str, str]:
+        with self._changed:
+            assert self._changed.wait_for(lambda: self.breaks, timeout), "no break reported"
+            return self.breaks[0]
+
+    def refused(self, src: str, frames: list[Any], reason: str) -> None:
+        """A message refused for its size, kept in its place as ``[b"refused", *frames, why]``."""
+        self.receive(src, [b"refused", *frames, reason.encode()])
 
     def wait_for(self, count: int, timeout: float = 30) -> list[tuple[str, list[bytes]]]:
         with self._changed:
@@ -104,6 +120,8 @@ def make_plane(
         lambda dest: None,
         RefusalLog(lambda delay, flush: None),  # these tests count no refusals
         unreachable,
+        inbox.refused,
+        inbox.broke,
     )
     loop.run(plane.start)
     loop.planes.append(plane)
@@ -287,6 +305,8 @@ def test_messages_sent_before_the_address_is_known_go_out_once_it_is(loop):
         asked.append,
         RefusalLog(lambda delay, flush: None),  # these tests count no refusals
         lambda dest: None,
+        inbox.refused,
+        inbox.broke,
     )
     loop.planes.append(sender)
     receiver, arrived = make_plane(loop, "b", keys)
@@ -339,6 +359,31 @@ def test_a_peer_with_another_key_is_refused_and_logged(loop, caplog):
         assert time.monotonic() < deadline, "no refusal logged"
         time.sleep(0.02)
     assert inbox.messages == [("a", [b"member"])]
+
+
+def test_a_peer_that_fails_the_challenge_is_reported_broken(loop):
+    """A listener that does not hold the job's key: its welcome proves nothing."""
+    keys = JobKeys.generate()
+    sender, inbox = make_plane(loop, "a", keys)
+    impostor = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = impostor.accept()
+        with conn:
+            conn.sendall(challenge.greeting(challenge.Ephemeral()))
+            conn.recv(challenge.ANSWER_BYTES, socket.MSG_WAITALL)
+            conn.sendall(os.urandom(challenge.WELCOME_BYTES))
+            conn.recv(1)
+
+    threading.Thread(target=serve, daemon=True).start()
+    port = impostor.getsockname()[1]
+    sender.resolved("b", f"tcp://127.0.0.1:{port},local:elsewhere")
+    sender.send("b", [b"secret"])
+    try:
+        peer, why = inbox.wait_for_break()
+    finally:
+        impostor.close()
+    assert peer == "b" and "failed the challenge" in why
 
 
 def _connect(address: str, way: str = "tcp") -> socket.socket:
@@ -399,20 +444,64 @@ def test_strangers_beyond_the_pending_limit_are_refused_at_once(loop, way):
         raw.close()
 
 
-def test_a_member_announcing_a_message_over_the_limit_is_cut_off_before_it_is_allocated(
-    loop, caplog
+@RINGS
+@pytest.mark.parametrize("encrypt", [True, False], ids=["encrypted", "clear"])
+def test_a_message_over_the_limit_is_refused_unread_and_the_connection_goes_on(
+    loop, caplog, monkeypatch, encrypt, ring_bytes
 ):
+    """Its sender is told, in its place, from its leading frames; the next message arrives."""
+    monkeypatch.setattr(ring, "RING_BYTES", ring_bytes)
     caplog.set_level(logging.ERROR, "danaus")
-    keys = JobKeys.generate()
+    keys = JobKeys.generate(encrypt=encrypt)
+    sender, _ = make_plane(loop, "a", keys, Limits(frame_bytes=MiB))
     limits = Limits(max_message_bytes=4 * MiB, frame_bytes=MiB)
-    sender, _ = make_plane(loop, "a", keys, Limits())
     receiver, inbox = make_plane(loop, "b", keys, limits)
     sender.resolved("b", receiver.address)
-    sender.send("b", [bytes(5 * MiB)])
-    deadline = time.monotonic() + 10
-    while not any("max_message_bytes" in r.getMessage() for r in caplog.records):
-        assert time.monotonic() < deadline, "the oversized message was not refused"
-        time.sleep(0.02)
+    sender.send("b", [b"D", b"envelope", bytes(5 * MiB), b"tail"])
+    sender.send("b", [b"D", b"after"])
+    (_, refused), after = inbox.wait_for(2)
+    assert refused[:3] == [b"refused", b"D", b"envelope"]
+    assert refused[3].decode() == (
+        f"a message of {5 * MiB + 13} bytes (more than the job's max_message_bytes, "
+        f"{4 * MiB}, and {ENVELOPE_ROOM} for its envelope)"
+    )
+    assert after == ("a", [b"D", b"after"])
+    assert any("refused a message from a" in r.getMessage() for r in caplog.records)
+    assert loop.run(lambda: [i.peer for i in receiver._inbound]) == ["a"], "one connection"
+
+
+@WAYS_IN
+def test_a_connection_its_receiver_closed_is_reported_broken_not_left_half_open(loop, way):
+    """The sender finds out at its next write, drops what is queued, and says so once."""
+    keys = JobKeys.generate()
+    sender, sender_inbox = make_plane(loop, "a", keys)
+    receiver, inbox = make_plane(loop, "b", keys)
+    host, port, local = parse_address(receiver.address)
+    sender.resolved("b", f"tcp://{host}:{port},local:{local if way == 'local' else 'elsewhere'}")
+    sender.send("b", [b"hello"])
+    inbox.wait_for(1)
+    loop.run(receiver._close_inbound_from, "a")
+    deadline = time.monotonic() + 30
+    while not sender_inbox.breaks:
+        assert time.monotonic() < deadline, "the broken connection was never reported"
+        sender.send("b", [bytes(64 * 1024)])
+        time.sleep(0.01)
+    sender.send("b", [b"more"])
+    loop.run(lambda: None)  # the loop's thread has taken what it had to write
+    [(peer, why)] = sender_inbox.breaks
+    assert peer == "b" and "its connection broke" in why, "reported once"
+
+
+def test_a_member_that_breaks_the_protocol_is_reported_broken(loop, caplog):
+    caplog.set_level(logging.ERROR, "danaus")
+    keys = JobKeys.generate(encrypt=False)
+    receiver, inbox = make_plane(loop, "b", keys)
+    with _member(receiver.address, keys) as raw:
+        raw.sendall(ring.NO_OFFER)
+        raw.sendall(LENGTH.pack(4) + struct.pack("<I", 0))  # a message of no frames
+        assert _closed_by_peer(raw)
+    peer, why = inbox.wait_for_break()
+    assert peer == "m" and "breaks the protocol" in why
     assert inbox.messages == []
 
 

@@ -66,6 +66,8 @@ def knock(proc: str, address: str, secret: bytes) -> UcxPlane:
         Limits(),
         RefusalLog(lambda delay, flush: None),  # these tests count no refusals
         lambda src, frames: None,
+        lambda src, frames, reason: None,
+        lambda peer, reason: None,
     )
     plane.resolved(proc, address)
     plane.send(proc, [DATA, b"not a header", b"payload"])

@@ -143,13 +143,14 @@ def _split(
         start_large or (lambda: large),
         loop,
         lambda src, frames: delivered.append((src, frames)),
+        lambda src, frames, reason: delivered.append((src, [b"refused", *frames, reason])),
         routes,
     )
     return split, small, large, delivered, loop
 
 
 def _number(message: list[bytes]) -> int:
-    return int.from_bytes(message[-1], "little")
+    return int.from_bytes(message[1], "little")
 
 
 LARGE = [b"D", bytes(LARGE_BYTES)]
@@ -170,7 +171,7 @@ def test_large_messages_go_on_tcp_until_the_peer_says_where_it_listens_on_ucx():
     split.send("b", [b"D", b"y"])
     split.send("c", [b"D", b"z"])
     assert [(dest, _number(m)) for dest, m in large.sent] == [("b", 0)]
-    assert small.sent[-2:] == [("b", [b"D", b"y", (1).to_bytes(8, "little")]), ("c", [b"D", b"z"])]
+    assert small.sent[-2:] == [("b", [b"D", (1).to_bytes(8, "little"), b"y"]), ("c", [b"D", b"z"])]
     loop.close()
 
 
@@ -287,7 +288,7 @@ def test_the_split_planes_own_kinds_are_never_the_transports():
 
 
 def numbered(number: int) -> list[bytes]:
-    return [b"D", str(number).encode(), number.to_bytes(8, "little")]
+    return [b"D", number.to_bytes(8, "little"), str(number).encode()]
 
 
 def test_messages_that_arrive_early_wait_for_those_sent_before(caplog):
@@ -337,7 +338,7 @@ def test_a_message_from_the_stream_plane_waits_for_one_from_ucx_still_queued():
     loop.close()
 
 
-def test_before_the_mark_messages_pass_through_whole_whatever_their_last_frame():
+def test_before_the_mark_messages_pass_through_whole_whatever_their_second_frame():
     split, _, _, delivered, loop = _split()
     looks_numbered = [b"D", (0).to_bytes(8, "little")]
     split.arrived_on_loop("a", looks_numbered)

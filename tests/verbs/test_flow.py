@@ -140,13 +140,13 @@ def test_messages_survive_any_cut_into_fragments(messages, fragment):
                 assert bytes(message.frames[index]) == frame
 
 
-def test_a_message_over_the_limit_is_skipped_and_the_stream_goes_on():
-    big = [b"k", os.urandom(100), os.urandom(500)]
+def test_a_message_over_the_limit_is_refused_with_its_leading_frames_and_the_stream_goes_on():
+    big = [b"k", os.urandom(100), os.urandom(500), os.urandom(150)]
     pieces, _ = _stream([big, [b"k", b"after"]], inline_limit=200)
     reassembly = Reassembly(max_message_bytes=400)
     first, second = [m for piece in pieces for m in reassembly.feed(memoryview(piece))]
-    assert first.error == "a message of 601 bytes (the limit, max_message_bytes, is 400)"
-    assert first.frames == []
+    assert first.error == "a message of 751 bytes (at most 400)"
+    assert [bytes(f) for f in first.frames] == big[:2], "the frames before the first large one"
     assert first.remote == [RemoteFrame(2, 500, 1000, 1)]
     assert [bytes(f) for f in second.frames] == [b"k", b"after"]
 

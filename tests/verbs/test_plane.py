@@ -26,7 +26,9 @@ DATA = b"D"
 class Proc:
     """One side: an I/O thread, an emulated device, a plane, and what reached it."""
 
-    def __init__(self, name: str, world: dict[str, Proc], *, events: bool = True) -> None:
+    def __init__(
+        self, name: str, world: dict[str, Proc], *, events: bool = True, limit: int = 64 << 20
+    ) -> None:
         self.name = name
         self.world = world
         self.io = IoLoop(f"test-io-{name}")
@@ -34,16 +36,18 @@ class Proc:
         self.device = EmulatedDevice(name, events=events)
         self.received: queue.Queue[tuple[str, list[Any]]] = queue.Queue()
         self.unreachable: queue.Queue[tuple[str, str]] = queue.Queue()
+        self.refused: queue.Queue[tuple[str, list[Any], str]] = queue.Queue()
         self.plane = VerbsPlane(
             name,
             self.io,
             self.device,
             Registrations(self.device),
             Timeouts(timeout=14, retry_count=7),
-            Limits(max_message_bytes=64 << 20),
+            Limits(max_message_bytes=limit),
             lambda src, frames: self.received.put((src, frames)),
             self._setup,
             lambda peer, reason: self.unreachable.put((peer, reason)),
+            lambda src, frames, reason: self.refused.put((src, frames, reason)),
         )
         world[name] = self
 
@@ -124,6 +128,27 @@ def test_a_flood_to_a_stalled_receiver_waits_for_credits_and_loses_nothing(procs
     numbers = [int.from_bytes(frames[1], "little") for _, frames in b.take(count, timeout=120)]
     assert numbers == list(range(count))
     assert b.device.counters.rnr_naks_sent == 0
+
+
+def test_a_message_over_the_limit_is_refused_its_sender_told_in_its_place_and_the_rest_flows():
+    world: dict[str, Proc] = {}
+    a, b = Proc("a", world), Proc("b", world, limit=4 << 20)
+    try:
+        a.plane.send("b", [DATA, b"before"])
+        a.plane.send("b", [DATA, b"envelope", os.urandom(5 << 20), b"tail"])
+        a.plane.send("b", [DATA, b"after"])
+        assert [bytes(frames[1]) for _, frames in b.take(1)] == [b"before"]
+        src, leading, reason = b.refused.get(timeout=30)
+        assert (src, [bytes(f) for f in leading]) == ("a", [DATA, b"envelope"])
+        assert reason.startswith(f"a message of {(5 << 20) + 13} bytes (more than the job's")
+        assert [bytes(frames[1]) for _, frames in b.take(1)] == [b"after"]
+        channel = a.plane._peers["b"].messages
+        assert channel is not None
+        wait_until(lambda: not channel._awaiting_release, what="the large frame released")
+        assert a.unreachable.empty() and b.unreachable.empty()
+    finally:
+        a.close()
+        b.close()
 
 
 def test_large_frames_are_read_by_the_receiver_and_released(procs):

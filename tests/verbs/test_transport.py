@@ -126,7 +126,7 @@ def test_a_queue_pair_whose_peer_stops_answering_exceeds_its_retries(verbs):
         with contextlib.suppress(ProcessLookupError):  # a lost proc is killed, maybe already
             os.kill(pid, signal.SIGCONT)
     assert dict(failure.rank) == {"w": 1}
-    assert "unreachable over verbs from root" in failure.cause
+    assert "unreachable over its queue pair from root" in failure.cause
     assert "heartbeats" not in failure.cause
     assert peers.slice(w=0).ping.call_one().get(timeout=60) > 0
 

@@ -14,7 +14,7 @@ from danaus.core.casting import DEFAULT_FANOUT, fanout_from
 from danaus.core.trace import Trace
 from danaus.transports.sim.loop import SimulationStalled, SimulationTimeLimit, VirtualTimeLoop
 from danaus.transports.sim.network import NetworkModel
-from danaus.transports.sim.world import SimWorld
+from danaus.transports.sim.world import SimWorld, check_message_bytes
 
 __all__ = [
     "NetworkModel",
@@ -112,11 +112,13 @@ def configured(
     network: NetworkModel | None = None,
     time_limit: float = math.inf,
     schedule_seed: int | None = None,
+    max_message_bytes: int | None = None,
 ) -> None:
     """Check the options and route ``asyncio.run`` to the simulator's loop."""
     if not isinstance(hosts, int) or isinstance(hosts, bool) or hosts < 1:
         raise ValueError(f"hosts must be a positive int, got {hosts!r}")
     _check_schedule_seed(schedule_seed)
+    check_message_bytes(max_message_bytes)
     route_asyncio_run()
 
 
@@ -161,6 +163,7 @@ def run(
     network: NetworkModel | None = None,
     schedule_seed: int | None = None,
     cast_fanout: int | None = None,
+    max_message_bytes: int | None = None,
 ) -> SimRun:
     """Run ``main`` (sync or async) on a fresh simulated cluster of ``hosts`` hosts.
 
@@ -168,11 +171,18 @@ def run(
     ``danaus.hosts()`` all of them. Every mesh is stopped when ``main`` returns.
     ``schedule_seed`` (by default ``$DANAUS_SCHEDULE_SEED``, else 0) picks the
     interleaving of concurrent events to explore; 0 is the default one.
-    ``cast_fanout`` is as for ``danaus.configure``.
+    ``cast_fanout`` is as for ``danaus.configure``; ``max_message_bytes`` (None: no
+    limit) bounds the payload of each message, as on the real transports.
     """
     _check_schedule_seed(schedule_seed)
     fanout = fanout_from(cast_fanout)
-    world = SimWorld(hosts=hosts, seed=seed, network=network, schedule_seed=schedule_seed)
+    world = SimWorld(
+        hosts=hosts,
+        seed=seed,
+        network=network,
+        schedule_seed=schedule_seed,
+        max_message_bytes=max_message_bytes,
+    )
     world.cast_fanout = fanout
     previous = config.install(world)
     try:

@@ -54,6 +54,7 @@ from danaus.core.transport import (
     LossHandler,
     MemoryHandle,
     ProcLoss,
+    RefusalHandler,
     Transport,
     memory_owner_lost,
 )
@@ -295,7 +296,11 @@ class SimTransport(Transport):
         self.held_in: list[_Message] = []
         self.held_out: list[_Message] = []
 
-    def start(self, on_frames: FrameHandler, on_loss: LossHandler) -> None:
+    def start(
+        self, on_frames: FrameHandler, on_loss: LossHandler, on_refused: RefusalHandler
+    ) -> None:
+        """Begin delivering (the simulated network refuses no message: senders check the
+        job's ``max_message_bytes``)."""
         self.on_frames = on_frames
         self.on_loss = on_loss
 

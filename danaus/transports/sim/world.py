@@ -129,6 +129,12 @@ def _is_danaus_coroutine(coro: Any) -> bool:
     return frame is not None and frame.f_globals.get("__name__", "").startswith("danaus.")
 
 
+def check_message_bytes(value: object) -> None:
+    """Raise ``ValueError`` unless ``value`` is a ``max_message_bytes``: None, or an int >= 1."""
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ValueError(f"max_message_bytes must be a positive int, got {value!r}")
+
+
 class SimWorld(World):
     """Hosts ``h0``..``h{n-1}``, each with a host agent proc; the controller is ``root`` on ``h0``.
 
@@ -139,6 +145,8 @@ class SimWorld(World):
     ``schedule_seed`` (by default ``DANAUS_SCHEDULE_SEED``, else 0) picks the
     interleaving explored (`schedule`); 0 perturbs nothing.
     When ``DANAUS_TRACE_DIR`` is set, the world writes its trace there at shutdown.
+    ``max_message_bytes`` (None: no limit) bounds the payload of every message, as
+    on the real transports: a larger one is refused where it is sent.
     """
 
     name = "sim"
@@ -152,9 +160,12 @@ class SimWorld(World):
         network: NetworkModel | None = None,
         time_limit: float = math.inf,
         schedule_seed: int | None = None,
+        max_message_bytes: int | None = None,
     ) -> None:
         if not isinstance(hosts, int) or isinstance(hosts, bool) or hosts < 1:
             raise ValueError(f"hosts must be a positive int, got {hosts!r}")
+        check_message_bytes(max_message_bytes)
+        self.max_message_bytes = max_message_bytes
         self.seed = seed
         self.schedule_seed = seed_from_environment() if schedule_seed is None else schedule_seed
         self.thread = threading.get_ident()

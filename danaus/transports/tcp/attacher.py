@@ -10,7 +10,8 @@ While ZeroMQ retries a connection that fails (nothing listens there, say), the
 controller finds out why with a plain TCP connect and warns at once, then every
 `REPORT_INTERVAL` seconds, saying what it waits for and how long is left.
 Releasing a host asks its worker to end the agent (`Release`) and waits for
-the answer.
+the answer, unless the worker's connection has dropped (the worker is gone, and
+its agent with it): then there is nothing left to release, and nobody to wait for.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ _EVENTS = (
     | zmq.EVENT_HANDSHAKE_FAILED_AUTH
     | zmq.EVENT_CONNECTED
     | zmq.EVENT_CONNECT_RETRIED
+    | zmq.EVENT_DISCONNECTED
 )
 
 
@@ -70,6 +72,8 @@ class _Link:
     accepted: bool = False
     failed_handshakes: int = 0
     """How many handshakes with the worker have failed in a row (ZeroMQ tries again)."""
+    dropped: bool = False
+    """The connection to the worker dropped after a handshake, and has not come back."""
     releases: list[Settle] = field(default_factory=list)
     unreachable: str | None = None
     """Why the last connection to the worker failed, while it cannot be reached."""
@@ -147,10 +151,15 @@ class Attacher:
             self._send(link, link.attach)
 
     def _monitored(self, link: _Link, ip: str, port: int) -> None:
-        """What ZeroMQ tells of the connection: a connect that failed and is retried, or a
-        handshake. A worker with another key cuts every handshake short, as a busy or
-        restarting one may cut one: the attach ends after `HANDSHAKE_ATTEMPTS` failures in a
-        row."""
+        """What ZeroMQ saw of the connection to the worker.
+
+        A connect that failed is retried (and reported). A worker with another key
+        cuts every handshake short, as a busy or restarting one may cut one: the
+        attach ends after `HANDSHAKE_ATTEMPTS` failures in a row. A connection that
+        drops while a release waits ends the wait: the worker is gone (ZeroMQ would
+        reconnect to a new one at that address, which knows nothing of this
+        controller).
+        """
         while self._links.get(link.agent) is link:
             try:
                 event = recv_monitor_message(link.monitor, zmq.NOBLOCK)
@@ -164,7 +173,12 @@ class Attacher:
                 self._connect_failed(link, ip, port)
                 continue
             if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                link.failed_handshakes = 0
+                link.failed_handshakes, link.dropped = 0, False
+                continue
+            if kind == zmq.EVENT_DISCONNECTED:
+                link.dropped = True
+                if link.releases:
+                    self._worker_gone(link)
                 continue
             link.failed_handshakes += 1
             if link.failed_handshakes >= HANDSHAKE_ATTEMPTS:
@@ -244,7 +258,14 @@ class Attacher:
         self._directory.lost(
             ProcLoss(agent, "was released by its controller", host=link.host or link.address)
         )
+        if link.dropped:
+            self._worker_gone(link)
+            return
         self._send(link, hostlink.Release(link.attach.token, final))
+
+    def _worker_gone(self, link: _Link) -> None:
+        log.info("attach: the worker at %s is gone: nothing to release there", link.address)
+        self._released(link)
 
     def _released(self, link: _Link) -> None:
         self._close(link)

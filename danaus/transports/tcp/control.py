@@ -65,6 +65,15 @@ class Lost(msgspec.Struct, tag="lost", array_like=True):
         return ProcLoss(self.proc, self.reason, self.host, self.pid, self.exit_code, self.signal)
 
 
+class Unreachable(msgspec.Struct, tag="unreachable", array_like=True):
+    """My ``link`` (a data connection, a queue pair) with ``proc`` broke, for ``reason``:
+    messages on it may be lost, so one of us must be declared lost (the controller decides)."""
+
+    proc: str
+    link: str
+    reason: str
+
+
 class Ping(msgspec.Struct, tag="ping", array_like=True):
     seq: int
 
@@ -128,6 +137,7 @@ Control = (
     | At
     | Watch
     | Lost
+    | Unreachable
     | Ping
     | Pong
     | Exit

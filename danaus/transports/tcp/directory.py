@@ -19,6 +19,16 @@ It also knows which host agent starts each proc (`Hosting`, sent before the
 agent is asked to), so that a host that vanishes (its agent killed, its link
 down) is reported as the loss of every proc on it, naming the host, and so
 that signals for a proc reach the agent that can deliver them.
+
+A proc whose data link with another broke while both live (`Unreachable`: a
+connection reset, a message that broke the protocol, a queue pair in error)
+cannot go on with it: messages on it may have been lost, and those after them
+would wait forever. The directory decides which of the two is lost, the first
+report being believed: the other end, unless that is the controller, which
+is never the one lost (the reporter is, then). It waits a heartbeat interval
+first, for a loss of either to be reported, as one that is ending or ended
+causes such a break; then it kills the one it chose and declares it lost, as
+it does when heartbeats stop.
 """
 
 from __future__ import annotations
@@ -77,6 +87,9 @@ class Directory:
         """The procs each host agent starts, the inverse of ``_agent_of``."""
         self._held: dict[str, list[int]] = {}
         """Signals for procs still starting, sent once each has registered."""
+        self._judged: dict[str, str] = {}
+        """Procs to be declared lost once the grace after a report of their broken link has
+        passed, with why (a report about a proc of these is not believed)."""
         self._ping = 0
         io.call_soon(io.call_later, heartbeat_interval, self._heartbeat)
 
@@ -103,6 +116,8 @@ class Directory:
             self.hosting(message.agent, message.procs)
         elif isinstance(message, control.Exited):
             self._exited(src, message.loss.loss())
+        elif isinstance(message, control.Unreachable):
+            self.unreachable(src, message.proc, message.link, message.reason)
         else:
             log.error("directory: unexpected %s from %s", type(message).__name__, src)
 
@@ -154,6 +169,34 @@ class Directory:
             )
             return
         self.lost(loss)
+
+    def unreachable(self, reporter: str, suspect: str, link: str, reason: str) -> None:
+        """``reporter``'s ``link`` with ``suspect`` broke: after a grace, one of them is lost."""
+        if any(proc in self._losses or proc in self._judged for proc in (reporter, suspect)):
+            return
+        if suspect == ROOT:
+            chosen, why = reporter, f"lost its {link} with the controller: {reason}"
+        else:
+            chosen, why = suspect, f"is unreachable over its {link} from {reporter}: {reason}"
+        log.info("directory: %s reports its %s with %s broken: %s", reporter, link, suspect, reason)
+        self._judged[chosen] = why
+        self._io.call_later(self._interval, lambda: self._declare_unreachable(chosen))
+
+    def _declare_unreachable(self, proc: str) -> None:
+        why = self._judged.pop(proc)
+        if proc in self._losses:
+            return
+        log.warning("directory: %s %s; it is declared lost", proc, why)
+        entry = self._entries.get(proc)
+        self.signal(proc, signal.SIGKILL)
+        self.lost(
+            ProcLoss(
+                proc,
+                why,
+                host=entry.host if entry is not None else None,
+                pid=entry.pid if entry is not None else None,
+            )
+        )
 
     def procs_on(self, agent: str) -> list[str]:
         """The live procs host agent ``agent`` started (or is starting)."""

@@ -3,11 +3,13 @@
 Before a peer has proved that it belongs to the job it is a stranger, and a
 stranger may make a proc hold at most ``frame_bytes`` per connection, for at
 most ``handshake_timeout`` seconds; on ucx at most ``max_pending_handshakes``
-strangers are heard at once. After it has proved itself, a message may hold at
-most ``max_message_bytes``, checked before anything is allocated for it. A
-host runs at most ``max_procs_per_host`` procs of a job at once, whichever
-requests started them, and no more than its memory holds
-(`danaus.transports.tcp.budget`).
+strangers are heard at once. After it has proved itself, a message's payload
+may hold at most ``max_message_bytes`` (its envelope and the transport's framing
+may add `ENVELOPE_ROOM`), checked before anything is allocated for it: a larger
+message is refused, and its sender told. Senders check the same limit before
+they send (`danaus.core.runtime.Runtime.check_size`). A host runs at most
+``max_procs_per_host`` procs of a job at once, whichever requests started them,
+and no more than its memory holds (`danaus.transports.tcp.budget`).
 
 Each limit is a ``configure(transport="tcp"/"ucx", ...)`` option, else the
 environment variable named in `ENVIRONMENT`, else its default. Workers get the
@@ -21,6 +23,8 @@ import os
 from typing import Any
 
 import msgspec
+
+from danaus.core import wire
 
 MiB = 1024 * 1024
 
@@ -39,12 +43,17 @@ MIN_FRAME_BYTES = 64 * 1024
 FRAME_OVERHEAD = 1024
 """Room left in each frame for what wraps its bytes (CURVE adds 33 bytes to each)."""
 
+ENVELOPE_ROOM = wire.MAX_HEADER_BYTES + 1024
+"""Bytes a message may hold beyond its payload: its envelope (at most `wire.MAX_HEADER_BYTES`),
+and what a transport adds to it (a kind frame, a sequence number)."""
+
 
 class Limits(msgspec.Struct, frozen=True):
     """The limits of one job (the same in every proc of it)."""
 
     max_message_bytes: int = 4096 * MiB
-    """Largest message (all frames together) a proc accepts from a member of the job."""
+    """Largest payload of a message (pickled arguments, answer or value) a proc sends, or
+    accepts from a member of the job."""
     frame_bytes: int = 4 * MiB
     """Largest zmq frame a proc reads, before authentication too; larger buffers go in chunks."""
     handshake_timeout: float = 5.0
@@ -53,6 +62,19 @@ class Limits(msgspec.Struct, frozen=True):
     """Connections (ucx) that may be proving themselves at once; more are refused."""
     max_procs_per_host: int = 1024
     """Most procs of the job that each host runs at once (its memory may allow fewer)."""
+
+    @property
+    def message_bytes(self) -> int:
+        """The most bytes of one message, all its frames together, a proc reads."""
+        return self.max_message_bytes + ENVELOPE_ROOM
+
+    @property
+    def message_limit(self) -> str:
+        """The limit on a message, as a refusal names it."""
+        return (
+            f"more than the job's max_message_bytes, {self.max_message_bytes}, "
+            f"and {ENVELOPE_ROOM} for its envelope"
+        )
 
     @property
     def chunk_bytes(self) -> int:

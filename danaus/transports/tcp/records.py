@@ -18,6 +18,8 @@ never sealed whole in advance. The
 receiver checks a record's length against the limit before it reads the body,
 and a header against ``max_message_bytes`` before it allocates the message's
 frames (`BufferCache.frames`), which it then fills record by record, in place.
+A message over the limit is refused (`Refusal`): its records are read and
+dropped, unopened, and the connection goes on with the next message.
 
 Between procs of one host, a chunk record may instead be sealed into memory the
 two procs share (`danaus.transports.tcp.ring`): the stream then carries only its
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from cryptography.exceptions import InvalidTag
@@ -68,6 +71,14 @@ _SIZE = struct.Struct("<Q")
 
 class RecordError(ValueError):
     """A record or message that breaks the protocol: the connection cannot go on."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A message refused for its size: the leading frames that came with its header, and why."""
+
+    frames: list[memoryview]
+    reason: str
 
 
 class Cipher:
@@ -111,6 +122,10 @@ class Cipher:
             out[:] = memoryview(plain).cast("B")
         else:
             self._aead.encrypt_into(self._nonce(), plain, length, out)
+
+    def skip(self) -> None:
+        """Pass over one record without opening it (its number is used all the same)."""
+        self._number += 1
 
     def open_into(self, length: bytes, body: memoryview, out: memoryview) -> None:
         """Open a sealed ``body`` into ``out`` (its plain size). Raises `RecordError`."""
@@ -220,21 +235,30 @@ def in_ring(record: list[Any]) -> bool:
 class Assembly:
     """The messages arriving on one connection, put together from its record bodies.
 
-    `place` tells where the next body goes once its length is known: into a
-    message under way, in place, or into a buffer of its own. `opened` takes a
-    body once all of it is there.
+    `direct_target` tells where the next body can go once its length is known:
+    in place, into a message under way, or (None) into a buffer of the reader's.
+    `opened` takes a body once all of it is there.
     """
 
     def __init__(
-        self, cipher: Cipher, max_record: int, max_message_bytes: int, buffers: BufferCache
+        self,
+        cipher: Cipher,
+        max_record: int,
+        max_message_bytes: int,
+        buffers: BufferCache,
+        limit: str = "",
     ) -> None:
         self._cipher = cipher
         self._buffers = buffers
         self.max_record = max_record
         """The longest body a record may have (checked before it is read)."""
         self._max_message = max_message_bytes
+        self._limit = limit or f"at most {max_message_bytes}"
+        """What a refusal says of the limit."""
         self._frames: list[memoryview] = []
         """The frames of the message under way (none: no message is under way)."""
+        self._skipping = 0
+        """Bytes still to come of a refused message, which are dropped."""
         self._next = 0
         """The frame being filled: the first of those not yet full."""
         self._filled = 0
@@ -248,8 +272,8 @@ class Assembly:
 
     @property
     def filling(self) -> bool:
-        """Whether a message is under way: the next record fills it."""
-        return bool(self._frames)
+        """Whether a message is under way (or being dropped): the next record is part of it."""
+        return bool(self._frames) or self._skipping > 0
 
     def direct_target(self, length: int) -> memoryview | None:
         """Where a clear body of ``length`` bytes can be read straight into, if anywhere."""
@@ -257,11 +281,14 @@ class Assembly:
             return None
         return self._target(length)
 
-    def opened(self, length: bytes, body: memoryview) -> list[memoryview] | None:
-        """Take the record ``body`` (``length``: its 4 length bytes); the message it ends, if any.
+    def opened(self, length: bytes, body: memoryview) -> list[memoryview] | Refusal | None:
+        """Take the record ``body`` (``length``: its 4 length bytes); the message it ends, if
+        any, or the refusal of the message it begins.
 
         ``body`` may be reused once this returns.
         """
+        if self._skipping:
+            return self._dropped(body.nbytes - self._cipher.overhead)
         if not self._frames:
             return self._message(length, body)
         target = self._target(body.nbytes - self._cipher.overhead)
@@ -300,7 +327,14 @@ class Assembly:
             index += 1
         return index
 
-    def _message(self, length: bytes, body: memoryview) -> list[memoryview] | None:
+    def _dropped(self, size: int) -> None:
+        """A record of a refused message: nothing is kept of it."""
+        if not 0 < size <= self._skipping:
+            raise RecordError("a record that does not fit the message it belongs to")
+        self._cipher.skip()
+        self._skipping -= size
+
+    def _message(self, length: bytes, body: memoryview) -> list[memoryview] | Refusal | None:
         plain = body
         if self._cipher.encrypts:
             plain = memoryview(bytearray(body.nbytes - TAG_BYTES))
@@ -316,6 +350,10 @@ class Assembly:
             plain = memoryview(bytearray(plain[at:]))
             at = 0
         frames = _slices(plain, at, sizes[:carried])
+        total = sum(sizes)
+        if total > self._max_message:
+            self._skipping = total - held
+            return Refusal(frames, f"a message of {total} bytes ({self._limit})")
         if whole:
             return frames
         self._frames = frames + self._buffers.frames(sizes[carried:])
@@ -331,13 +369,7 @@ class Assembly:
             raise RecordError(f"a message of {count} frames (at most {MAX_FRAMES})")
         if plain.nbytes < _COUNT.size + _SIZE.size * count:
             raise RecordError(f"a message header too short for its {count} frames")
-        sizes = struct.unpack_from(f"<{count}Q", plain, _COUNT.size)
-        total = sum(sizes)
-        if total > self._max_message:
-            raise RecordError(
-                f"a message of {total} bytes (the limit, max_message_bytes, is {self._max_message})"
-            )
-        return sizes
+        return struct.unpack_from(f"<{count}Q", plain, _COUNT.size)
 
 
 def _slices(buffer: memoryview, at: int, sizes: Sequence[int]) -> list[memoryview]:

@@ -57,6 +57,7 @@ from danaus.transports.tcp.records import (
     Assembly,
     Cipher,
     RecordError,
+    Refusal,
     in_ring,
     inline_record,
     message_records,
@@ -254,12 +255,20 @@ class StreamPlane:
         lookup: Callable[[str], None],
         refusals: RefusalLog,
         unreachable: Callable[[str], None],
+        refused: Callable[[str, list[Any], str], None],
+        broken: Callable[[str, str], None],
     ) -> None:
         self.proc = proc
         self.keys = keys
         self.limits = limits
         self.loop = loop
         self.receive = receive
+        self.refused = refused
+        """Told of a message refused for its size (its leading frames, and why), in its place
+        among its sender's (on the loop's thread)."""
+        self.broken = broken
+        """Told of a peer whose connection broke while neither end stopped (from any thread):
+        messages on it may be lost, so the controller must declare one of the two lost."""
         self._lookup = lookup
         self.unreachable = unreachable
         """Told of a peer that could not be reached: it may be lost, and its messages with it."""
@@ -549,7 +558,8 @@ class Outbound:
     async def _connect(self) -> None:
         """Connect and pass the challenge; retried while the peer cannot be reached yet.
 
-        A peer that fails the challenge is not tried again: its messages are dropped.
+        A peer that fails the challenge is not tried again: its messages are dropped,
+        and the link is reported broken (the controller declares one of the two lost).
         """
         plane = self._plane
         host, port, local = parse_address(self._address)
@@ -568,6 +578,7 @@ class Outbound:
                 sock.close()
                 log.error("proc %s: %s failed the challenge: %s", plane.proc, self.dest, exc)
                 self.close()
+                plane.broken(self.dest, f"it failed the challenge: {exc}")
                 return
             except (OSError, asyncio.TimeoutError) as exc:
                 sock.close()
@@ -706,12 +717,23 @@ class Outbound:
                 sent = 0
 
     def _broken(self, exc: Exception) -> None:
-        """The peer is gone (its loss is reported by the control plane): drop what is left."""
+        """The connection broke: drop what is left, and have the controller settle it.
+
+        The peer is gone or going (its loss will be reported), or it closed the
+        connection on a message it could not read, or the network cut it: messages
+        may have been lost, so it must not go on as if none were. The controller
+        declares one of the two procs lost (the peer, unless it is the controller),
+        after waiting briefly for a loss already on its way.
+        """
+        if self._failed:
+            return
         log.debug("proc %s: the connection to %s broke: %r", self._plane.proc, self.dest, exc)
         self._failed = True
         self._queue.clear()
         self._ready.clear()
         self._records = None
+        if not (self._closed or self._plane.stopping):
+            self._plane.broken(self.dest, f"its connection broke: {exc!r}")
 
     def _arm(self) -> None:
         """Have the loop's thread write the rest when the socket is writable (lock held)."""
@@ -787,8 +809,9 @@ class Inbound:
         self._assembly = Assembly(
             cipher,
             plane.limits.frame_bytes + cipher.overhead,
-            plane.limits.max_message_bytes,
+            plane.limits.message_bytes,
             BufferCache(KEPT_BYTES),
+            plane.limits.message_limit,
         )
         self._buffer = bytearray(READ_BYTES)
         self._view = memoryview(self._buffer)
@@ -837,6 +860,7 @@ class Inbound:
                     self.peer,
                     exc,
                 )
+                self._plane.broken(self.peer, f"it sent what breaks the protocol: {exc}")
                 self.close()
             if count < target.nbytes:
                 return  # the socket had no more: the loop calls again when it has
@@ -903,8 +927,13 @@ class Inbound:
         else:
             self._deliver(self._assembly.opened(self._body_length, body))
 
-    def _deliver(self, frames: list[memoryview] | None) -> None:
-        if frames is not None:
+    def _deliver(self, frames: list[memoryview] | Refusal | None) -> None:
+        if isinstance(frames, Refusal):
+            log.error(
+                "proc %s refused a message from %s: %s", self._plane.proc, self.peer, frames.reason
+            )
+            self._plane.refused(self.peer, frames.frames, frames.reason)
+        elif frames is not None:
             self._plane.receive(self.peer, frames)
 
     def _ended(self, why: str) -> None:

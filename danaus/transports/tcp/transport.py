@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import zmq
 
+from danaus.core.errors import MessageTooLargeError
 from danaus.core.serialize import Buffer
 from danaus.core.transport import (
     ROOT,
@@ -31,6 +32,7 @@ from danaus.core.transport import (
     LossHandler,
     MemoryHandle,
     ProcLoss,
+    RefusalHandler,
     Transport,
     memory_owner_lost,
 )
@@ -94,6 +96,7 @@ class TcpTransport(Transport):
         self._lost: dict[str, ProcLoss] = {}
         self._on_frames: FrameHandler | None = None
         self._on_loss: LossHandler | None = None
+        self._on_refused: RefusalHandler | None = None
         self.memory = MemoryService(
             proc_id, self._send_memory, self.memory_backend, limits.chunk_bytes
         )
@@ -102,10 +105,13 @@ class TcpTransport(Transport):
 
     def _data_plane(self, bind_host: str) -> Any:
         """The plane that carries core messages: TCP connections of their own."""
-        return self._stream_plane(bind_host, self._from_plane)
+        return self._stream_plane(bind_host, self._from_plane, self._refused_on_plane)
 
     def _stream_plane(
-        self, bind_host: str, receive: Callable[[str, list[Any]], None]
+        self,
+        bind_host: str,
+        receive: Callable[[str, list[Any]], None],
+        refused: Callable[[str, list[Any], str], None],
     ) -> StreamPlane:
         return StreamPlane(
             self.proc_id,
@@ -117,13 +123,18 @@ class TcpTransport(Transport):
             self._lookup,
             self.refusals,
             self._unreachable,
+            refused,
+            lambda peer, reason: self.report_unreachable(peer, "data connection", reason),
         )
 
     # ---- the contract (any thread) ----------------------------------------------------
 
-    def start(self, on_frames: FrameHandler, on_loss: LossHandler) -> None:
+    def start(
+        self, on_frames: FrameHandler, on_loss: LossHandler, on_refused: RefusalHandler
+    ) -> None:
         self._on_frames = on_frames
         self._on_loss = on_loss
+        self._on_refused = on_refused
         self.io.call_soon(self.io.add_reader, self.router, self._readable)
         self.data.start()
 
@@ -236,6 +247,16 @@ class TcpTransport(Transport):
         dropped then, not sent again and again until this proc stops."""
         self.io.call_soon(self._ask, control.Watch(dest))
 
+    def report_unreachable(self, peer: str, link: str, reason: str) -> None:
+        """This proc's ``link`` with ``peer`` broke while both live (from any thread): the
+        controller declares one of them lost (`Directory.unreachable`)."""
+        log.info("proc %s: its %s with %s broke: %s", self.proc_id, link, peer, reason)
+        self.io.call_soon(self._report_unreachable, control.Unreachable(peer, link, reason))
+
+    def _report_unreachable(self, report: control.Unreachable) -> None:
+        if report.proc not in self._lost:
+            self._ask(report)
+
     def _find(self, dest: str) -> None:
         address = self._address(dest)
         if address is not None:
@@ -325,6 +346,21 @@ class TcpTransport(Transport):
             self._deliver(src, frames[1:])
         elif not self.loop.is_closed():
             self.loop.call_soon_threadsafe(self._deliver, src, frames[1:])
+
+    def _refused_on_plane(self, src: str, frames: list[Any], reason: str) -> None:
+        """The data plane refused a message from ``src`` for its size (on its thread, in the
+        message's place): the runtime answers its sender, from the leading ``frames`` read."""
+        if not frames or bytes(frames[0]) != DATA:
+            return  # not a core message: nobody waits on it
+        error = MessageTooLargeError(f"proc {self.proc_id} refused {reason} from proc {src}")
+        if asyncio._get_running_loop() is self.loop:
+            self._refuse(src, frames[1:], error)
+        elif not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self._refuse, src, frames[1:], error)
+
+    def _refuse(self, src: str, frames: list[Buffer], error: BaseException) -> None:
+        assert self._on_refused is not None
+        self._on_refused(src, frames, error)
 
     def _deliver(self, src: str, frames: list[Buffer]) -> None:
         assert self._on_frames is not None

@@ -142,6 +142,7 @@ class TcpWorld(World):
         self.random = random.Random()
         self.limits = limits
         self.max_procs_per_host = limits.max_procs_per_host
+        self.max_message_bytes = limits.max_message_bytes
         self.job_hosts = list(job_hosts)
         """The host agents of the job's hosts (``danaus.hosts()``), if it names workers."""
         self.remote = remote

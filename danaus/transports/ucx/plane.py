@@ -11,12 +11,17 @@ door's (`danaus.transports.ucx.door`: kept to the job's address, refusals
 logged); UCX's own sockets are kept to the job's device by
 `danaus.transports.ucx.devices`. Once a peer is a member, each message is a
 header of frame sizes, checked against the limits before anything is allocated
-(`danaus.transports.ucx.framing`).
+(`danaus.transports.ucx.framing`). A message over ``max_message_bytes`` is
+refused: its leading frames (a kind, a sequence number, an envelope) are read,
+the others received into one byte and so dropped, and its sender is told
+(``refused``); the connection goes on.
 
 Messages to one peer go out one at a time from one queue, over one endpoint,
 so they arrive in the order sent. A connection that fails before it carried
 anything (its peer too busy to answer in time) is tried again; one that fails
-later ends with its peer, which the directory then reports lost. A UCX send
+later, or on which the peer sends what breaks the protocol, is reported
+(``broken``): messages on it may be lost, so the controller declares one of
+the two procs lost, if no loss explains it first. A UCX send
 completes when its buffer may be reused, not when the peer has it, and closing
 an endpoint drops what is still in flight; so a stopping plane ends each
 connection with `BYE` and closes it only when the peer has answered, once it
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import logging
 import os
 import threading
@@ -46,7 +52,8 @@ from danaus.core import home_cpu
 from danaus.transports import challenge
 from danaus.transports.deadlines import within
 from danaus.transports.tcp.buffers import BufferCache
-from danaus.transports.tcp.limits import Limits
+from danaus.transports.tcp.limits import ENVELOPE_ROOM, Limits
+from danaus.transports.tcp.records import carried_frames
 from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.tcp.streams import KEPT_BYTES
 from danaus.transports.ucx import framing
@@ -161,6 +168,8 @@ class UcxPlane:
         limits: Limits,
         refusals: RefusalLog,
         receive: Callable[[str, list[Any]], None],
+        refused: Callable[[str, list[Any], str], None],
+        broken: Callable[[str, str], None],
     ) -> None:
         self._proc = proc.encode()
         self._secret = secret
@@ -168,6 +177,8 @@ class UcxPlane:
         self._limits = limits
         self._refusals = refusals
         self._receive = receive
+        self._refused = refused
+        self._broken = broken
         self._queues: dict[str, asyncio.Queue[list[Any] | None]] = {}
         self._addresses: dict[str, str] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
@@ -242,6 +253,7 @@ class UcxPlane:
         except Exception as exc:
             if not self._stopping:
                 log.warning("ucx: sending to %s stopped: %r", dest, exc)
+                self._broken(dest, f"sending on it failed: {exc!r}")
 
     async def _connect(self, dest: str) -> Any:
         """An endpoint to ``dest`` that has passed its challenge.
@@ -302,10 +314,11 @@ class UcxPlane:
         """Receive the messages of member ``src`` until it says `BYE`."""
         header = bytearray(framing.HEADER_BYTES)
         buffers = BufferCache(KEPT_BYTES)
+        limits = self._limits
         while True:
             try:
                 await endpoint.recv(header)
-                sizes = framing.read_header(header, self._limits.max_message_bytes)
+                sizes = framing.read_header(header, limits.message_bytes, limits.message_limit)
                 if not sizes:
                     await endpoint.send(framing.BYE)
                     return
@@ -313,6 +326,9 @@ class UcxPlane:
                 for frame in frames:
                     if frame.nbytes:
                         await endpoint.recv(frame)
+            except framing.OverLimit as exc:
+                await self._refuse_message(endpoint, src, exc)
+                continue
             except framing.FramingError as exc:
                 log.error(
                     "ucx: proc %s rejected a message from %s and closed its connection: %s",
@@ -320,12 +336,30 @@ class UcxPlane:
                     src,
                     exc,
                 )
+                self._broken(src, f"it sent what breaks the protocol: {exc}")
                 endpoint.abort()
                 return
             except Exception as exc:
                 log.debug("ucx: receiving from %s ended: %r", src, exc)
                 return
             self._receive(src, frames)
+
+    async def _refuse_message(self, endpoint: Any, src: str, refusal: framing.OverLimit) -> None:
+        """Read a refused message's leading frames (those that fit in `ENVELOPE_ROOM`
+        together), tell its sender, then receive each other frame into one byte, which drops
+        it."""
+        sizes = refusal.sizes
+        leading = [bytearray(size) for size in sizes[: carried_frames(sizes, ENVELOPE_ROOM)]]
+        for frame in leading:
+            if frame:
+                await endpoint.recv(frame)
+        log.error("ucx: proc %s refused a message from %s: %s", self._proc.decode(), src, refusal)
+        self._refused(src, leading, str(refusal))
+        dropped = bytearray(1)
+        for size in sizes[len(leading) :]:
+            if size:
+                with contextlib.suppress(ucxx.exceptions.UCXMessageTruncatedError):
+                    await endpoint.recv(dropped)
 
     # ---- ending -----------------------------------------------------------------------
 

@@ -37,7 +37,9 @@ Each plane keeps a pair's messages in order, but two planes do not: a small
 message sent after a large one may arrive first. So once a sender has UCX's
 address for a receiver, it first sends a mark on the stream plane (`NUMBERED`),
 and from then on each of its messages to that receiver carries its number in
-the sequence that the mark begins, as a last frame of 8 bytes. The receiver
+the sequence that the mark begins, as a frame of 8 bytes after its kind frame
+(so that a message refused for its size, of which only the leading frames are
+read, still has its number: its sender is told in its place). The receiver
 hands those on strictly in that order, holding any that arrive early (one on
 UCX may even arrive before the mark). A pair that never uses UCX (every pair
 within a host, by default) never numbers: its messages all take the stream
@@ -64,6 +66,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from danaus.transports.tcp.streams import StreamPlane
@@ -111,6 +114,7 @@ class SplitPlane:
         start_large: Callable[[], UcxPlane],
         loop: asyncio.AbstractEventLoop,
         receive: Callable[[str, list[Any]], None],
+        refuse: Callable[[str, list[Any], str], None],
         routes: BulkRoutes,
     ) -> None:
         self._proc = proc
@@ -126,6 +130,7 @@ class SplitPlane:
         self._starting = threading.Lock()
         self._loop = loop
         self._receive = receive
+        self._refuse = refuse
         self.address = small.address
         self._sending = threading.Lock()
         """Held while a message is numbered and handed to its plane (which may block)."""
@@ -140,10 +145,10 @@ class SplitPlane:
         """The number of the next message to hand on, from each sender whose mark arrived.
 
         Only the loop's thread adds senders, so it may look one up without the lock."""
-        self._early: dict[str, dict[int, list[Any]]] = {}
+        self._early: dict[str, dict[int, list[Any] | _Refused]] = {}
         """Messages (without their numbers) that arrived before one sent earlier, or before
         their sender's mark, by sender and number."""
-        self._ready: deque[tuple[str, list[Any]]] = deque()
+        self._ready: deque[tuple[str, list[Any] | _Refused]] = deque()
         """Messages in order, not yet handed to the runtime: one queue for both planes."""
         self._draining = False
         """The loop's thread has been asked to hand on `_ready`."""
@@ -221,6 +226,18 @@ class SplitPlane:
         else:
             self._receive(src, frames)  # not numbered: none of its sender's waits on the queue
 
+    def refused(self, src: str, frames: list[Any], reason: str) -> None:
+        """A message from the UCX plane was refused for its size (on its thread); ``frames``,
+        its leading ones, hold its number: its sender hears of it in its place."""
+        self._pass_on(src, False, self._order, src, frames, reason)
+
+    def refused_on_loop(self, src: str, frames: list[Any], reason: str) -> None:
+        """A message from the stream plane was refused for its size (on the loop's thread)."""
+        if src in self._expected:
+            self._pass_on(src, True, self._order, src, frames, reason)
+        else:
+            self._refuse(src, frames, reason)
+
     def _own(self, src: str, kind: bytes, frames: list[Any]) -> None:
         """One of the split plane's own messages (on the loop's thread)."""
         if kind in (AT, NONE):
@@ -235,7 +252,7 @@ class SplitPlane:
             self._pass_on(src, True, self._numbering, src)
 
     def _pass_on(
-        self, src: str, on_loop: bool, order: Callable[..., list[list[Any]]], *args: Any
+        self, src: str, on_loop: bool, order: Callable[..., list[list[Any] | _Refused]], *args: Any
     ) -> None:
         """Hand on the messages of ``src`` that ``order(*args)`` (under the lock) puts in order.
 
@@ -255,19 +272,22 @@ class SplitPlane:
                     self._draining = wake_loop = True
         if direct:
             for message in ready:
-                self._receive(src, message)
+                self._hand_on(src, message)
         elif on_loop:
             self._drain()
         elif wake_loop:
             self._loop.call_soon_threadsafe(self._drain)
 
-    def _order(self, src: str, frames: list[Any]) -> list[list[Any]]:
-        """The messages of ``src`` in order now that ``frames``, numbered, arrived (lock held)."""
+    def _order(
+        self, src: str, frames: list[Any], refusal: str | None = None
+    ) -> list[list[Any] | _Refused]:
+        """The messages of ``src`` in order now that ``frames``, numbered, arrived (lock held);
+        with a ``refusal``, ``frames`` are the leading ones of a message refused for that."""
         expected = self._expected.get(src)
-        if len(frames) < 2 or memoryview(frames[-1]).nbytes != _SEQUENCE.size:
+        if len(frames) < 2 or memoryview(frames[1]).nbytes != _SEQUENCE.size:
             log.error("proc %s: rejected a message from %s: no sequence number", self._proc, src)
             return []
-        (number,) = _SEQUENCE.unpack(frames[-1])
+        (number,) = _SEQUENCE.unpack(frames[1])
         early = self._early.setdefault(src, {})
         if (expected is not None and number < expected) or number in early:
             log.error(
@@ -277,17 +297,18 @@ class SplitPlane:
                 number,
             )
             return []
-        early[number] = frames[:-1]
+        message = [frames[0], *frames[2:]]
+        early[number] = message if refusal is None else _Refused(message, refusal)
         return [] if expected is None else self._release(src, expected)
 
-    def _numbering(self, src: str) -> list[list[Any]]:
+    def _numbering(self, src: str) -> list[list[Any] | _Refused]:
         """``src``'s mark arrived: what came from it on UCX before, in order (lock held)."""
         if src in self._expected:
             log.error("proc %s: rejected a second mark from %s", self._proc, src)
             return []
         return self._release(src, 0)
 
-    def _release(self, src: str, expected: int) -> list[list[Any]]:
+    def _release(self, src: str, expected: int) -> list[list[Any] | _Refused]:
         """The messages of ``src`` held from number ``expected`` on, as far as none is missing."""
         early = self._early.get(src, {})
         ready = []
@@ -305,6 +326,12 @@ class SplitPlane:
                 if not self._ready:
                     return
                 src, message = self._ready.popleft()
+            self._hand_on(src, message)
+
+    def _hand_on(self, src: str, message: list[Any] | _Refused) -> None:
+        if isinstance(message, _Refused):
+            self._refuse(src, message.frames, message.reason)
+        else:
             self._receive(src, message)
 
     # ---- the plane's contract -----------------------------------------------------------
@@ -330,7 +357,7 @@ class SplitPlane:
                 if large:
                     assert self._large is not None
                     plane = self._large
-                plane.send(dest, [*message, _SEQUENCE.pack(number)])
+                plane.send(dest, [message[0], _SEQUENCE.pack(number), *message[1:]])
         if ask:
             self.small.send(dest, [ASK])
 
@@ -361,6 +388,14 @@ class SplitPlane:
             large, self._large_failed = self._large, "the proc is stopping"
         if large is not None:
             large.stop()
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """A message refused for its size, in its place among its sender's: what was read of it."""
+
+    frames: list[Any]
+    reason: str
 
 
 def _is_address(text: str) -> bool:

@@ -69,13 +69,23 @@ class UcxTransport(TcpTransport):
                 self.limits,
                 self.refusals,
                 lambda src, frames: split.arrived(src, frames),
+                lambda src, frames, reason: split.refused(src, frames, reason),
+                lambda peer, reason: self.report_unreachable(peer, "UCX connection", reason),
             )
 
         small = self._stream_plane(
-            bind_host, lambda src, frames: split.arrived_on_loop(src, frames)
+            bind_host,
+            lambda src, frames: split.arrived_on_loop(src, frames),
+            lambda src, frames, reason: split.refused_on_loop(src, frames, reason),
         )
         split = SplitPlane(
-            self.proc_id, small, start_large, self.loop, self._from_plane, self._bulk_routes
+            self.proc_id,
+            small,
+            start_large,
+            self.loop,
+            self._from_plane,
+            self._refused_on_plane,
+            self._bulk_routes,
         )
         return split
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from danaus.core.transport import ProcLoss
 from danaus.transports.tcp import configured as tcp_configured
 from danaus.transports.tcp.world import TcpWorld
 from danaus.transports.verbs import providers
@@ -31,18 +30,6 @@ class VerbsWorld(TcpWorld):
     name = "verbs"
     transport_class = VerbsTransport
     transport: VerbsTransport
-
-    @classmethod
-    def controller(cls, **options: Any) -> VerbsWorld:
-        """The controller's world; it decides who is lost when a queue pair fails."""
-        world = super().controller(**options)
-        world.transport.declare_lost = world._declare_lost
-        return world
-
-    def _declare_lost(self, loss: ProcLoss) -> None:
-        """Tell every watcher ``loss.proc`` is gone, and end it (I/O thread)."""
-        self.directory.lost(loss)
-        self.launcher.kill(loss.proc)
 
 
 World = VerbsWorld

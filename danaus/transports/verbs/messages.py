@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from danaus.transports.tcp.buffers import allocate
+from danaus.transports.tcp.limits import Limits
 from danaus.transports.verbs.channel import Channel, Context
 from danaus.transports.verbs.credits import Credits
 from danaus.transports.verbs.device import Access, Completion, DeviceError, WcStatus, WrOpcode
@@ -68,8 +69,9 @@ class MessageChannel(Channel):
         generation: int,
         *,
         deliver: Callable[[str, list[Any]], None],
+        refused: Callable[[str, list[Any], str], None],
         unreachable: Callable[[str, str], None],
-        max_message_bytes: int,
+        limits: Limits,
     ) -> None:
         super().__init__(
             context,
@@ -80,6 +82,7 @@ class MessageChannel(Channel):
             access=Access.LOCAL_WRITE | Access.REMOTE_READ,
         )
         self._deliver = deliver
+        self._refused = refused
         self._unreachable = unreachable
         self._arena = allocate((RECEIVES + SEND_SLOTS) * BUFFER_BYTES)
         try:
@@ -95,7 +98,7 @@ class MessageChannel(Channel):
         self._current: Outgoing | None = None
         self._awaiting_release: deque[list[Pin]] = deque()
         self._releases_owed = 0
-        self._reassembly = Reassembly(max_message_bytes)
+        self._reassembly = Reassembly(limits.message_bytes, limits.message_limit)
         self._deliveries: deque[_Delivery] = deque()
         self._reads: deque[tuple[_Delivery, RemoteFrame, int, int]] = deque()
         self._reading: dict[int, _Delivery] = {}
@@ -281,11 +284,12 @@ class MessageChannel(Channel):
                 self._releases_owed += 1
             if message.error is not None:
                 log.error(
-                    "verbs: proc %s rejected a message from %s: %s",
+                    "verbs: proc %s refused a message from %s: %s",
                     self.context.proc,
                     self.peer,
                     message.error,
                 )
+                self._refused(self.peer, message.frames, message.error)
             else:
                 self._deliver(self.peer, message.frames)
 

@@ -74,6 +74,7 @@ class VerbsPlane:
         receive: Callable[[str, list[Any]], None],
         send_setup: Callable[[str, setup.Setup], None],
         unreachable: Callable[[str, str], None],
+        refused: Callable[[str, list[Any], str], None],
     ) -> None:
         self.context = Context(proc, io, device, registrations, timeouts)
         self.device = device
@@ -82,6 +83,7 @@ class VerbsPlane:
         self.address = device.port.describe()
         self._limits = limits
         self._receive = receive
+        self._refused = refused
         self._send_setup = send_setup
         self._unreachable = unreachable
         self._peers: dict[str, _Peer] = {}
@@ -205,8 +207,9 @@ class VerbsPlane:
             peer,
             generation,
             deliver=self._receive,
+            refused=self._refused,
             unreachable=self._channel_failed,
-            max_message_bytes=self._limits.max_message_bytes,
+            limits=self._limits,
         )
         self._watch(channel)
         return channel

@@ -12,8 +12,8 @@ to a member of the job. Connecting a queue pair takes three messages:
 
 A message channel carries messages both ways; a memory channel carries the
 offering side's RDMA reads and writes of the accepting side's memory. `Drop`
-asks a buffer's owner to deregister it; `Unreachable` tells the controller
-that a peer's queue pair failed, for the controller to decide who is lost.
+asks a buffer's owner to deregister it. (A queue pair that fails is reported
+to the controller as any broken data link is: tcp's `control.Unreachable`.)
 """
 
 from __future__ import annotations
@@ -53,12 +53,7 @@ class Drop(msgspec.Struct, tag="drop", array_like=True):
     key: int
 
 
-class Unreachable(msgspec.Struct, tag="unreachable", array_like=True):
-    proc: str
-    reason: str
-
-
-Setup = Offer | Accept | Ready | Drop | Unreachable
+Setup = Offer | Accept | Ready | Drop
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Setup)

@@ -10,8 +10,10 @@ it and fetches it with RDMA READ, then reports the message released, and the
 sender lets the memory go. Messages are delivered in the order sent.
 
 The receiver checks the frame count and the total size against the limits
-before it allocates anything; a message over ``max_message_bytes`` is skipped
-(its bytes read and thrown away, nothing fetched) and the stream goes on.
+before it allocates anything; a message over ``max_message_bytes`` is refused:
+its leading small frames are kept (a kind, an envelope: what its sender needs
+to hear of it), its other bytes read and thrown away, nothing fetched, and the
+stream goes on.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from typing import Any
 
 from danaus.core import wire
 from danaus.transports.tcp.buffers import allocate
+from danaus.transports.tcp.limits import ENVELOPE_ROOM
+from danaus.transports.tcp.records import carried_frames
 from danaus.transports.verbs.registrations import Pin
 
 MAX_FRAMES = 1 + wire.MAX_FRAMES
@@ -63,7 +67,7 @@ class Incoming:
     frames: list[memoryview]
     remote: list[RemoteFrame]
     error: str | None = None
-    """Why the message is refused (too large); its frames were not allocated."""
+    """Why the message is refused (too large): ``frames`` are then only its leading ones."""
 
 
 class Outgoing:
@@ -112,6 +116,8 @@ class Reassembly:
     """Reads the stream of one peer, fragment by fragment, into messages."""
 
     max_message_bytes: int
+    limit: str = ""
+    """What a refusal says of the limit."""
     _header: bytearray = field(default_factory=bytearray)
     _wanted: int = _COUNT.size
     _count: int = -1
@@ -154,13 +160,8 @@ class Reassembly:
         self._count = -1
         total = sum(size for size, _, _, _ in entries)
         if total > self.max_message_bytes:
-            error = f"a message of {total} bytes (the limit, max_message_bytes, is "
-            self._message = Incoming([], [], error + f"{self.max_message_bytes})")
-            skip = sum(size for size, _, _, remote in entries if not remote)
-            remote = [RemoteFrame(i, size, a, k) for i, (size, a, k, r) in enumerate(entries) if r]
-            self._message.remote = remote
-            if skip:
-                self._inline.append(skip)
+            limit = self.limit or f"at most {self.max_message_bytes}"
+            self._refuse(entries, f"a message of {total} bytes ({limit})")
             return
         self._message = Incoming([], [])
         for index, (size, address, rkey, remote) in enumerate(entries):
@@ -170,6 +171,19 @@ class Reassembly:
                 self._message.remote.append(RemoteFrame(index, size, address, rkey))
             elif size:
                 self._inline.append(frame)
+
+    def _refuse(self, entries: list[tuple[int, int, int, int]], error: str) -> None:
+        """Keep the leading inline frames (at most `ENVELOPE_ROOM` together), skip the rest."""
+        sizes = [0 if remote else size for size, _, _, remote in entries]
+        keep = carried_frames(sizes, ENVELOPE_ROOM)
+        keep = next((i for i, entry in enumerate(entries[:keep]) if entry[3]), keep)
+        leading = [allocate(size) for size in sizes[:keep]]
+        remote = [RemoteFrame(i, size, a, k) for i, (size, a, k, r) in enumerate(entries) if r]
+        self._message = Incoming(leading, remote, error)
+        self._inline.extend(frame for frame in leading if frame.nbytes)
+        skip = sum(sizes[keep:])
+        if skip:
+            self._inline.append(skip)
 
     def _copy(self, data: memoryview) -> int:
         copied = 0

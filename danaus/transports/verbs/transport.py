@@ -9,11 +9,12 @@ sockets carries no transfers here: it carries the verbs set-up messages
 
 A queue pair that fails (an error state, a request that exceeded its
 retries) makes its peer unreachable: this proc stops talking to it at once,
-and the controller decides who is lost, as it does when heartbeats stop. The
-proc whose queue pair failed first is believed: the other end is declared
-lost and killed, except that the controller itself is never the one lost (a
-worker whose queue pair with the controller fails is). The loss reaches every
-proc that watches the lost one, and the owner of its mesh, as any loss does.
+and the controller decides who is lost, as for any data link that breaks
+(`danaus.transports.tcp.directory.Directory.unreachable`): the proc whose
+queue pair failed first is believed, and the other end is declared lost and
+killed, except that the controller itself is never the one lost (a worker
+whose queue pair with the controller fails is). The loss reaches every proc
+that watches the lost one, and the owner of its mesh, as any loss does.
 """
 
 from __future__ import annotations
@@ -42,8 +43,6 @@ class VerbsTransport(TcpTransport):
 
     memory_backend = "verbs"
     memory_one_sided = True
-    declare_lost: Callable[[ProcLoss], None] | None = None
-    """On the controller: declare a proc lost and end it (set by the world)."""
 
     def _data_plane(self, bind_host: str) -> VerbsPlane:
         """Open the device the environment names (`danaus.transports.verbs.settings`)."""
@@ -63,6 +62,7 @@ class VerbsTransport(TcpTransport):
             self._from_plane,
             self._send_setup,
             self._unreachable,
+            self._refused_on_plane,
         )
 
     # ---- memory -------------------------------------------------------------------------
@@ -127,35 +127,14 @@ class VerbsTransport(TcpTransport):
                 "proc %s: rejected a verbs set-up message from %s: %s", self.proc_id, src, exc
             )
             return
-        if isinstance(message, setup.Unreachable):
-            self._judge(src, message.proc, message.reason)
-        else:
-            self.data.handle(src, message)
+        self.data.handle(src, message)
 
     def _unreachable(self, peer: str, reason: str) -> None:
-        """This proc's queue pair to ``peer`` failed."""
-        if self.declare_lost is not None:
-            self._judge(self.proc_id, peer, reason)
-            return
-        self._send_setup(ROOT, setup.Unreachable(peer, reason))
-        if peer != ROOT:
-            self._peer_lost(ProcLoss(peer, f"is unreachable over verbs: {reason}"))
-
-    def _judge(self, reporter: str, suspect: str, reason: str) -> None:
-        """The controller decides who is lost when ``reporter`` cannot reach ``suspect``."""
-        if self.declare_lost is None:
-            log.error(
-                "proc %s: an unreachable report from %s, not a controller", self.proc_id, reporter
-            )
-            return
-        if reporter in self._lost:
-            return
-        if suspect == ROOT:
-            loss = ProcLoss(reporter, f"lost its queue pair with the controller: {reason}")
-        else:
-            loss = ProcLoss(suspect, f"is unreachable over verbs from {reporter}: {reason}")
-        if loss.proc not in self._lost:
-            self.declare_lost(loss)
+        """This proc's queue pair to ``peer`` failed: a worker stops talking to it at once;
+        the controller decides which of the two is lost."""
+        self.report_unreachable(peer, "queue pair", reason)
+        if ROOT not in (peer, self.proc_id):
+            self._peer_lost(ProcLoss(peer, f"is unreachable over its queue pair: {reason}"))
 
     def _peer_lost(self, loss: ProcLoss) -> None:
         if loss.proc not in self._lost:
