@@ -130,7 +130,7 @@ def measure(procs: int, rounds: int, profiler: cProfile.Profile | None = None) -
     }
 
 
-LIBRARIES = ("simpy", "asyncio", "cloudpickle", "greenlet", "msgspec")
+LIBRARIES = ("asyncio", "cloudpickle", "greenlet", "msgspec")
 
 
 def _area(file: str) -> str:
