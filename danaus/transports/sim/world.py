@@ -260,7 +260,10 @@ class SimWorld(World):
         ctx = peek_context()
         if ctx is not None:
             proc = ctx.actor_instance._runtime.proc_id
-            self._tasks.setdefault(proc, weakref.WeakSet()).add(task)
+            tasks = self._tasks.get(proc)
+            if tasks is None:
+                tasks = self._tasks[proc] = weakref.WeakSet()
+            tasks.add(task)
         if ctx is not None or _is_danaus_coroutine(coro):
             asyncio.tasks._unregister_task(task)
             self._cluster_tasks.add(task)
