@@ -293,6 +293,8 @@ class SimNetwork:
         self.extra_delay: Callable[[], float] | None = None
         """An extra latency for each message (schedule exploration), or None."""
         self._jitter_rate = 1.0 / model.jitter if model.jitter > 0 else 0.0
+        self._arrival = self._arrive
+        """The handler of every message's arrival, bound once rather than for each message."""
 
     def add_host(self, name: str) -> None:
         self.hosts[name] = _Host(name)
@@ -541,7 +543,7 @@ class SimNetwork:
             arrival = route.last
         route.last = arrival
         message.receiver = receiver
-        self.timeline.through(queue.lane, arrival, self._arrive, message)
+        self.timeline.through(queue.lane, arrival, self._arrival, message)
 
     def _arrive(self, message: _Message) -> None:
         # Runs inside the loop's advance of the timeline, on the loop thread: the
