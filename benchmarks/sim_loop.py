@@ -1,4 +1,4 @@
-"""The simulator's event loop alone: what one callback, task step, timer or SimPy event costs.
+"""The simulator's event loop alone: what one callback, task step, timer or simulation event costs.
 
 The loop is on the simulator's hot path. Prints one JSON line per workload,
 with the median CPU time of ``--repeats`` runs and operations per CPU second:
@@ -6,7 +6,7 @@ with the median CPU time of ``--repeats`` runs and operations per CPU second:
 - ``callbacks``: a chain of ``call_soon`` callbacks;
 - ``task_steps``: 50 tasks each awaiting ``asyncio.sleep(0)`` in turn;
 - ``timers``: 10,000 tasks sleeping for scattered virtual times (a large heap);
-- ``sim_events``: a task awaiting futures that SimPy events resolve.
+- ``sim_events``: a task awaiting futures that events of the simulation's timeline resolve.
 
     python benchmarks/sim_loop.py
     python benchmarks/sim_loop.py --quick
@@ -22,9 +22,8 @@ import statistics
 import time
 from collections.abc import Callable
 
-import simpy
-
 from danaus.transports.sim.loop import VirtualTimeLoop
+from danaus.transports.sim.timeline import Timeline
 
 
 def callbacks(loop: VirtualTimeLoop, n: int) -> int:
@@ -71,12 +70,12 @@ def timers(loop: VirtualTimeLoop, n: int) -> int:
 
 
 def sim_events(loop: VirtualTimeLoop, n: int) -> int:
-    env = loop.env
+    timeline = loop.timeline
 
     async def main() -> None:
         for _ in range(n):
             future = loop.create_future()
-            env.timeout(0.001).callbacks.append(lambda _, f=future: f.set_result(None))
+            timeline.call_later(0.001, lambda _, f=future: f.set_result(None))
             await future
 
     loop.run_until_complete(main())
@@ -95,7 +94,7 @@ def measure(name: str, size: int, repeats: int) -> dict:
     workload, _ = WORKLOADS[name]
     seconds = []
     for _ in range(repeats):
-        loop = VirtualTimeLoop(simpy.Environment())
+        loop = VirtualTimeLoop(Timeline())
         gc.collect()
         start = time.process_time()
         operations = workload(loop, size)

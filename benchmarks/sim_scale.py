@@ -16,7 +16,7 @@ Prints one JSON line per measurement:
 - ``chaos_training``: the training-loop chaos scenario
   (``examples/chaos/training.py``) run over a range of seeds, each with its
   random fault plan: seeds per wall minute, and simulated seconds per wall
-  second.
+  second and per CPU second of this process.
 
     python benchmarks/sim_scale.py                         # 1,024 and 10,000 procs, 200 seeds
     python benchmarks/sim_scale.py --sizes 1024 --seeds 50
@@ -130,7 +130,7 @@ def measure(procs: int, rounds: int, profiler: cProfile.Profile | None = None) -
     }
 
 
-LIBRARIES = ("simpy", "asyncio", "cloudpickle", "greenlet", "msgspec")
+LIBRARIES = ("asyncio", "cloudpickle", "greenlet", "msgspec")
 
 
 def _area(file: str) -> str:
@@ -181,9 +181,9 @@ def measure_chaos(seeds: int) -> dict:
     from training import Training
 
     scenario = Training()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     outcomes = run_seeds(scenario, range(seeds))
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     simulated = sum(o.trace.events[-1].t for o in outcomes if o.trace.events)
     return {
         "benchmark": "chaos_training",
@@ -194,6 +194,8 @@ def measure_chaos(seeds: int) -> dict:
         "seeds_per_wall_minute": round(60 * seeds / wall),
         "simulated_s": round(simulated, 3),
         "simulated_s_per_wall_s": round(simulated / wall, 1),
+        "cpu_s": round(cpu, 3),
+        "simulated_s_per_cpu_s": round(simulated / cpu, 1),
     }
 
 

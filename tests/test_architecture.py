@@ -84,7 +84,7 @@ while names or running:
         failures[name] = status
 print(json.dumps(failures))
 """
-LIBRARIES = ["zmq", "msgspec", "simpy", "cloudpickle", "greenlet", "rich", "asyncio"]
+LIBRARIES = ["zmq", "msgspec", "cloudpickle", "greenlet", "rich", "asyncio"]
 
 
 def test_every_module_imports_alone_in_a_fresh_interpreter():

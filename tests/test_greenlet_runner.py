@@ -6,10 +6,10 @@ import gc
 import weakref
 
 import pytest
-import simpy
 
 from danaus.core.blocking import GreenletRunner
 from danaus.transports.sim.loop import VirtualTimeLoop
+from danaus.transports.sim.timeline import Timeline
 
 
 class Value:
@@ -17,7 +17,7 @@ class Value:
 
 
 def test_an_idle_greenlet_keeps_neither_the_result_nor_the_error_of_its_last_call():
-    loop = VirtualTimeLoop(simpy.Environment())
+    loop = VirtualTimeLoop(Timeline())
     runner = GreenletRunner(loop)
     kept: list[weakref.ref[object]] = []
 

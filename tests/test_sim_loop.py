@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import simpy
 
 import danaus
 import danaus.sim
@@ -28,20 +27,21 @@ from danaus.transports.sim.loop import (
     TimerHandle,
     VirtualTimeLoop,
 )
+from danaus.transports.sim.timeline import Timeline
 
 Log = list[tuple[str, float]]
 
 
 @pytest.fixture
 def loop() -> Iterator[VirtualTimeLoop]:
-    loop = VirtualTimeLoop(simpy.Environment())
+    loop = VirtualTimeLoop(Timeline())
     yield loop
     loop.close()
 
 
 def at(loop: VirtualTimeLoop, when: float, fn: Callable[[], Any]) -> None:
-    """A SimPy event (not a loop timer) at virtual time ``when`` that calls ``fn``."""
-    loop.env.timeout(when - loop.env.now).callbacks.append(lambda _: fn())
+    """A simulation event (not a loop timer) at virtual time ``when`` that calls ``fn``."""
+    loop.timeline.call_later(when - loop.timeline.now, lambda _: fn())
 
 
 def recorder(loop: VirtualTimeLoop, log: Log) -> Callable[[str], Callable[[], None]]:
@@ -182,24 +182,24 @@ def test_the_clock_moves_by_the_wait_asyncio_would_compute(loop):
     assert log[0][1] < 7.7
 
 
-class _RecordingEnvironment(simpy.Environment):
+class _RecordingTimeline(Timeline):
     def __init__(self) -> None:
         super().__init__()
-        self.runs: list[float] = []
+        self.moves: list[float] = []
 
-    def run(self, until: Any = None) -> Any:
-        self.runs.append(until)
-        return super().run(until)
+    def move_to(self, when: float) -> None:
+        self.moves.append(when)
+        super().move_to(when)
 
 
 def test_the_clock_advances_at_most_a_day_at_a_time():
-    env = _RecordingEnvironment()
-    loop = VirtualTimeLoop(env)
+    timeline = _RecordingTimeline()
+    loop = VirtualTimeLoop(timeline)
     day = 24 * 3600.0
     loop.call_at(3 * day + 0.5, loop.stop)
     loop.run_forever()
     loop.close()
-    assert env.runs == [day, 2 * day, 3 * day, 3 * day + 0.5]
+    assert timeline.moves == [day, 2 * day, 3 * day, 3 * day + 0.5]
 
 
 def _asyncio_order_workload(loop: asyncio.AbstractEventLoop, base: float, seed: int) -> list[str]:
@@ -252,11 +252,11 @@ TICK = 0.25
 
 
 def random_mix(seed: int) -> Log:
-    """A seeded mix of timers, ready callbacks, SimPy events and tasks, often at equal
+    """A seeded mix of timers, ready callbacks, simulation events and tasks, often at equal
     times, each drawing from one generator in the order they run: any change in the
     ordering rules changes the log."""
     rng = random.Random(seed)
-    loop = VirtualTimeLoop(simpy.Environment())
+    loop = VirtualTimeLoop(Timeline())
     log: Log = []
     timers: list[TimerHandle] = []
     names = itertools.count()
@@ -281,11 +281,10 @@ def random_mix(seed: int) -> Log:
                 timers.pop(rng.randrange(len(timers))).cancel()
 
     def simulated(after: float, label: str, depth: int) -> None:
-        event = loop.env.timeout(after)
         if rng.random() < 0.5:
-            event.callbacks.append(lambda _: loop.call_soon(act, label, depth))
+            loop.timeline.call_later(after, lambda _: loop.call_soon(act, label, depth))
         else:
-            event.callbacks.append(lambda _: log.append((label, loop.time())))
+            loop.timeline.call_later(after, lambda _: log.append((label, loop.time())))
 
     async def sleeper(label: str) -> None:
         for _ in range(3):
@@ -626,7 +625,7 @@ def test_the_loop_refuses_to_run_twice_or_close_while_running(loop):
 
 
 def test_closing_runs_before_close_once_and_refuses_further_work():
-    loop = VirtualTimeLoop(simpy.Environment())
+    loop = VirtualTimeLoop(Timeline())
     closed: list[float] = []
 
     def before_close() -> None:

@@ -1,14 +1,20 @@
-"""The simulated network's event order: messages arrive as if each were on SimPy's heap."""
+"""The simulated network's event order: messages arrive as if each were alone on the heap."""
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
-import simpy
 
 from danaus.core.trace import Trace
 from danaus.transports.sim.network import NetworkModel, SimNetwork
+from danaus.transports.sim.timeline import Timeline
+
+
+def run_all(timeline: Timeline) -> None:
+    """Process every event (there is no event loop here to stop early for)."""
+    timeline.advance(math.inf, [], {}, lambda: False)
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -16,15 +22,17 @@ def test_messages_arrive_in_time_then_send_order_whatever_their_lane(seed):
     """Through one queue or several, slowed down or delayed out of order, every message
     arrives at its time, and messages due at the same time in the order they were sent."""
     rng = random.Random(seed)
-    env = simpy.Environment()
-    network = SimNetwork(env, None, NetworkModel(), random.Random(seed), Trace(lambda: env.now))
+    timeline = Timeline()
+    network = SimNetwork(
+        timeline, None, NetworkModel(), random.Random(seed), Trace(lambda: timeline.now)
+    )
     procs = [f"p{i}" for i in range(6)]
     arrived: list[tuple[float, int]] = []
     for i, proc in enumerate(procs):
         network.add_host(f"h{i % 3}")
         endpoint = network.attach(proc, f"h{i % 3}")
         endpoint.start(
-            lambda src, frames: arrived.append((env.now, int(frames[0][:4]))), None, None
+            lambda src, frames: arrived.append((timeline.now, int(frames[0][:4]))), None, None
         )
         network.up(proc)
     heals = []
@@ -44,8 +52,8 @@ def test_messages_arrive_in_time_then_send_order_whatever_their_lane(seed):
             sent += 1
 
     for t in sorted(rng.random() * 1e-4 for _ in range(20)):
-        env.timeout(t).callbacks.append(burst)
-    env.run()
+        timeline.call_later(t, burst)
+    run_all(timeline)
     assert len(arrived) == sent
     assert arrived == sorted(arrived)
     assert len({t for t, _ in arrived}) < sent  # some were due together
@@ -54,8 +62,10 @@ def test_messages_arrive_in_time_then_send_order_whatever_their_lane(seed):
 def test_a_proc_attached_again_gets_what_is_sent_to_its_id_even_in_flight():
     """Routes remember each destination's endpoint: one attached again under the same proc id
     (a proc restarted) takes its place, for messages already on their way and later ones."""
-    env = simpy.Environment()
-    network = SimNetwork(env, None, NetworkModel(), random.Random(0), Trace(lambda: env.now))
+    timeline = Timeline()
+    network = SimNetwork(
+        timeline, None, NetworkModel(), random.Random(0), Trace(lambda: timeline.now)
+    )
     got: list[tuple[str, bytes]] = []
     network.add_host("h0")
     network.add_host("h1")
@@ -69,10 +79,10 @@ def test_a_proc_attached_again_gets_what_is_sent_to_its_id_even_in_flight():
     sender = attach("a", "h0", "a")
     attach("b", "h1", "first b")
     sender.send("b", [b"1"])
-    env.run()
+    run_all(timeline)
     sender.send("b", [b"2"])
     network.down("b", "restarted")
     attach("b", "h1", "second b")
     sender.send("b", [b"3"])
-    env.run()
+    run_all(timeline)
     assert got == [("first b", b"1"), ("second b", b"2"), ("second b", b"3")]

@@ -72,12 +72,11 @@ def delivery(events: Sequence[ev.Event]) -> list[Violation]:
             sends[ev.message_key(e)] = (e.t, e.proc)
         elif isinstance(e, ev.Received):
             key = ev.message_key(e)
-            name = _name(key)
             received[key] += 1
             if received[key] == 2:
-                found.append(Violation("delivery", f"{name} delivered twice"))
+                found.append(Violation("delivery", f"{_name(key)} delivered twice"))
             if key not in sends and e.src in known_senders:
-                found.append(Violation("delivery", f"{name} delivered but never sent"))
+                found.append(Violation("delivery", f"{_name(key)} delivered but never sent"))
             pair = (key[0], e.src, e.proc)
             previous = last_seq.get(pair)
             if previous is not None and e.seq < previous:
@@ -98,6 +97,19 @@ def delivery(events: Sequence[ev.Event]) -> list[Violation]:
 def _name(key: tuple[bool, str, int, str]) -> str:
     call, src, seq, proc = key
     return f"{'call' if call else 'message'} {(src, seq, proc)}"
+
+
+_SUPERVISION_EVENTS = (
+    ev.Spawn,
+    ev.Stop,
+    ev.Fail,
+    ev.Down,
+    ev.Lost,
+    ev.Release,
+    ev.Failure,
+    ev.Restart,
+)
+"""The events `reported_once` reads."""
 
 
 def reported_once(events: Sequence[ev.Event]) -> list[Violation]:
@@ -129,6 +141,8 @@ def reported_once(events: Sequence[ev.Event]) -> list[Violation]:
             member_failed(member, f"proc {proc} {reason}")
 
     for e in events:
+        if not isinstance(e, _SUPERVISION_EVENTS):
+            continue  # a message: one check rather than one per case below
         match e:
             case ev.Spawn():
                 member = (e.mesh, e.rank)

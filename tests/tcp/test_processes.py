@@ -63,7 +63,7 @@ class Pid(Actor):
 
     @endpoint
     def modules(self) -> list[str]:
-        return sorted(m for m in ("torch", "numpy", "simpy") if m in sys.modules)
+        return sorted(m for m in ("torch", "numpy", "danaus.transports.sim") if m in sys.modules)
 
 
 def test_stop_ends_the_worker_processes(tcp):

@@ -198,7 +198,7 @@ def run(
     return SimRun(
         value=value,
         trace=world.trace,
-        time=world.env.now,
+        time=world.timeline.now,
         seed=seed,
         schedule_seed=world.schedule_seed,
     )

@@ -1,7 +1,7 @@
-"""An asyncio event loop whose clock is a SimPy environment's virtual time.
+"""An asyncio event loop whose clock is the simulation's virtual time.
 
 The loop owns a queue of ready callbacks and a heap of timers. When nothing is
-ready, instead of waiting for I/O it advances the SimPy environment itself: it
+ready, instead of waiting for I/O it advances the simulation's `Timeline`: it
 processes simulation events (message deliveries, faults) up to the next timer,
 and stops early as soon as one of them schedules a callback. So
 ``await asyncio.sleep(5)`` takes five simulated seconds and no real time, and
@@ -13,7 +13,7 @@ replays the same on this loop as it did on earlier versions of it:
 1. drop cancelled timers from the head of the heap (or, when more than half of
    over 100 timers are cancelled, rebuild the heap without them);
 2. if no callback is ready and the loop is not stopping, advance the
-   simulation: process every SimPy event up to the first timer's time (at most
+   simulation: process every simulation event up to the first timer's time (at most
    a day ahead), returning as soon as an event has made a callback ready (or
    the condition of a watch hold), and otherwise move the clock to that time;
 3. move the timers due by now (within the monotonic clock's resolution, as
@@ -52,7 +52,8 @@ from collections.abc import Callable, Coroutine, Generator
 from typing import Any, Protocol, TypeVar
 
 import msgspec
-import simpy
+
+from danaus.transports.sim.timeline import Timeline
 
 T = TypeVar("T")
 ExceptionHandler = Callable[[asyncio.AbstractEventLoop, dict[str, Any]], Any]
@@ -173,7 +174,7 @@ class Schedule(Protocol):
 
 
 class VirtualTimeLoop(asyncio.AbstractEventLoop):
-    """A single-threaded asyncio loop running on a SimPy environment's clock.
+    """A single-threaded asyncio loop running on a `Timeline`'s clock.
 
     ``schedule``, if set, orders each iteration's ready callbacks.
     ``keep_open`` and ``closes_asyncgen`` let a world outlive the uses of its
@@ -185,8 +186,8 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
     which the loop raises `SimulationTimeLimit`.
     """
 
-    def __init__(self, env: simpy.Environment) -> None:
-        self.env = env
+    def __init__(self, timeline: Timeline) -> None:
+        self.timeline = timeline
         self.time_limit = math.inf
         self.before_close: Callable[[], None] | None = None
         self.after_main: Callable[[], None] | None = None
@@ -216,7 +217,7 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
 
     def __repr__(self) -> str:
         return (
-            f"<{type(self).__name__} now={self.env.now} running={self._running} "
+            f"<{type(self).__name__} now={self.timeline.now} running={self._running} "
             f"closed={self._closed} debug={self._debug}>"
         )
 
@@ -343,20 +344,21 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
         """One iteration: the steps of the module docstring."""
         timers = self._timers
         ready = self._ready
-        count = len(timers)
-        if (
-            count > _MIN_TIMERS_TO_PURGE
-            and self._cancelled_timers / count > _MAX_CANCELLED_FRACTION
-        ):
-            self._purge_cancelled_timers()
-        else:
-            while timers and timers[0][1]._cancelled:
-                self._cancelled_timers -= 1
-                heapq.heappop(timers)[1]._scheduled = False
+        if timers:
+            count = len(timers)
+            if (
+                count > _MIN_TIMERS_TO_PURGE
+                and self._cancelled_timers / count > _MAX_CANCELLED_FRACTION
+            ):
+                self._purge_cancelled_timers()
+            else:
+                while timers and timers[0][1]._cancelled:
+                    self._cancelled_timers -= 1
+                    heapq.heappop(timers)[1]._scheduled = False
 
         if not ready and not self._stopping:
             if timers:
-                now = self.env._now
+                now = self.timeline.now
                 wait = timers[0][0] - now
                 if wait > _MAX_WAIT:
                     wait = _MAX_WAIT
@@ -365,11 +367,12 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
             else:
                 self._advance(math.inf)
 
-        due = self.env._now + _DUE_WINDOW
-        while timers and timers[0][0] < due:
-            handle = heapq.heappop(timers)[1]
-            handle._scheduled = False
-            ready.append(handle)
+        if timers:
+            due = self.timeline.now + _DUE_WINDOW
+            while timers and timers[0][0] < due:
+                handle = heapq.heappop(timers)[1]
+                handle._scheduled = False
+                ready.append(handle)
 
         count = len(ready)
         if self.schedule is not None and count > 1:
@@ -436,7 +439,7 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
         """
         if asyncio._get_running_loop() is not self:
             raise RuntimeError("run_nested() runs the loop from inside one of its own callbacks")
-        deadline = math.inf if timeout is None else self.env.now + timeout
+        deadline = math.inf if timeout is None else self.timeline.now + timeout
         timer = None if timeout is None else self.call_at(deadline, _nothing)
         task = asyncio.current_task(self)
         outer_hold, outer_held, stopping = self._hold, self._held, self._stopping
@@ -444,7 +447,7 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
         if task is not None:
             asyncio.tasks._leave_task(self, task)
         try:
-            while not future.done() and self.env.now < deadline:
+            while not future.done() and self.timeline.now < deadline:
                 self._run_once()
                 if self._stopping:  # for the outer run, once this one returns
                     stopping, self._stopping = True, False
@@ -469,29 +472,24 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
         self._cancelled_timers = 0
 
     def _advance(self, deadline: float) -> None:
-        """Process SimPy events up to ``deadline``; return early once a callback is ready.
+        """Process simulation events up to ``deadline``; return early once a callback is ready.
 
         With nothing ready by then, the clock moves to ``deadline``; with no
         deadline and nothing left to happen, the simulation has stalled.
         """
-        env = self.env
-        ready = self._ready
         limit = self.time_limit
         capped = deadline > limit
         if capped:
             deadline = limit
-        events = env._queue  # what env.peek() reads, without a call per event
-        step = env.step
-        while events and events[0][0] <= deadline and events[0][0] != math.inf:
-            step()
-            if ready or (self._watches and self._a_watch_holds()):
-                return
+        timeline = self.timeline
+        if timeline.advance(deadline, self._ready, self._watches, self._a_watch_holds):
+            return
         if capped:
             raise SimulationTimeLimit(f"the simulation ran past its time limit of {limit:g} s")
         if deadline == math.inf:
             raise SimulationStalled(self._stall_message())
-        if deadline > env.now:
-            env.run(until=deadline)
+        if deadline > timeline.now:
+            timeline.move_to(deadline)
 
     def _stall_message(self) -> str:
         if self.describe_stall is None:
@@ -505,8 +503,8 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
     # ---- scheduling callbacks ------------------------------------------------------------
 
     def time(self) -> float:
-        """The virtual time: the SimPy environment's clock (read as its ``now`` does)."""
-        return self.env._now
+        """The virtual time: the timeline's clock."""
+        return self.timeline.now
 
     def call_soon(
         self,
@@ -541,7 +539,7 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
     ) -> TimerHandle:
         if delay is None:
             raise TypeError("delay must not be None")
-        return self.call_at(self.env.now + delay, callback, *args, context=context)
+        return self.call_at(self.timeline.now + delay, callback, *args, context=context)
 
     def call_at(
         self,

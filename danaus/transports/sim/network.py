@@ -1,25 +1,21 @@
-"""The simulated network: latency, bandwidth and per-message cost, on SimPy's clock.
+"""The simulated network: latency, bandwidth and per-message cost, on the simulation's clock.
 
 Each host has a NIC with a send and a receive queue; procs of one host talk
 over a shared-memory bus instead. A message occupies the sender's queue for
 ``per_message + size / bandwidth`` seconds, crosses the link after
 ``latency`` plus exponential jitter, then occupies the receiver's queue for
 ``size / bandwidth``. Each queue is a FIFO single server, which needs only
-the time it next falls idle: the same answer a SimPy ``Resource`` of capacity
-one would give, without a SimPy process per message.
+the time it next falls idle: the same answer a resource of capacity one in a
+discrete-event simulator gives, without a process per message.
 
 Messages from one proc to another never overtake each other (every real
 transport here keeps per-pair order), and every message is copied at send
 time, as a real network would, so the receiver never shares the sender's
 memory.
 
-A message in flight is its own SimPy event: it takes the next event id, as a
-``Timeout`` would, so it is processed in the same order, without the
-``Timeout``, its callback list and a bound callback per message. The
-messages a queue passes on mostly arrive in the order it served them, so
-each queue keeps them in a `_Lane` and only the first is on the
-environment's heap, which then holds a few entries per host instead of every
-message in flight (a broadcast to 10,000 procs has 10,000 replies in flight).
+A message in flight is an event of the `Timeline`: its arrival, through the
+`Lane` of the queue that served it last (the messages a queue passes on
+mostly arrive in the order it served them).
 
 Faults change the model while they last: extra latency and jitter on a link,
 a link that holds its traffic (a clog, or one direction of a partition: TCP
@@ -35,16 +31,13 @@ import asyncio
 import enum
 import itertools
 import random
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from heapq import heappush
-from typing import TYPE_CHECKING, Any, ClassVar
+from math import log
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-import simpy
-from simpy.events import NORMAL
 
 from danaus.core import trace as ev
 from danaus.core.faults import Heal
@@ -59,6 +52,7 @@ from danaus.core.transport import (
     memory_owner_lost,
 )
 from danaus.transports.frames import copy_frames
+from danaus.transports.sim.timeline import Lane, Timeline
 
 if TYPE_CHECKING:
     from danaus.core.trace import Trace
@@ -83,67 +77,20 @@ REQUEST_BYTES = 64
 """The size of a memory request or acknowledgment on the wire."""
 
 
-_Entry = tuple[float, int, int, "_Message"]
-"""An event on SimPy's heap: its time, priority, id, and the event (here a message)."""
-
-
-class _Lane:
-    """Arrival events of non-decreasing times, of which only the first is on SimPy's heap.
-
-    Popping the heap costs with its size; the heap's order is that of the
-    entries' ``(time, priority, event id)`` keys, all distinct, so an event
-    waiting here until the one before it is processed is processed exactly
-    when it would have been from the heap. An event due earlier than the last
-    one here goes on the heap directly.
-    """
-
-    __slots__ = ("last", "queued", "waiting")
-
-    def __init__(self) -> None:
-        self.queued = False
-        """Whether an event of this lane is on the heap."""
-        self.last = 0.0
-        """The time of the latest event of this lane (while ``queued``)."""
-        self.waiting: deque[_Entry] = deque()
-
-    def add(self, heap: list[_Entry], entry: _Entry) -> None:
-        """Schedule ``entry`` (a heap entry whose event is a message)."""
-        if not self.queued:
-            self.queued = True
-            self.last = entry[0]
-            entry[3].lane = self
-            heappush(heap, entry)
-        elif entry[0] >= self.last:
-            self.last = entry[0]
-            entry[3].lane = self
-            self.waiting.append(entry)
-        else:
-            heappush(heap, entry)
-
-    def advance(self, heap: list[_Entry]) -> None:
-        """This lane's event on the heap is being processed: the next one takes its place."""
-        if self.waiting:
-            heappush(heap, self.waiting.popleft())
-        else:
-            self.queued = False
-
-
 class _Queue:
     """A FIFO single server: a NIC direction or a host's memory bus.
 
-    ``lane`` holds the arrivals of the messages it served last on their way.
+    A message that reaches it at time ``t`` and takes ``d`` seconds leaves it at
+    ``max(t, free_at) + d``, which becomes ``free_at`` (computed where messages
+    are scheduled, without a call per queue). ``lane`` holds the arrivals of
+    the messages it served last on their way.
     """
 
     __slots__ = ("free_at", "lane")
 
     def __init__(self) -> None:
         self.free_at = 0.0
-        self.lane = _Lane()
-
-    def serve(self, arrival: float, duration: float) -> float:
-        start = arrival if arrival > self.free_at else self.free_at
-        self.free_at = start + duration
-        return self.free_at
+        self.lane = Lane()
 
 
 class _Host:
@@ -164,11 +111,9 @@ class _Host:
 class _Message(msgspec.Struct, eq=False):
     """Something crossing the network: frames for the runtime, or a transfer the network serves.
 
-    While it travels it is the SimPy event of its arrival: the loop (as
-    ``Environment.step`` would) calls each of its ``callbacks`` with it, and
-    reads ``_ok`` (always true). A struct, not a class of slots: one is made
-    for every message, and a struct is built in C without running an
-    ``__init__``. Compared by identity, as any event is.
+    A struct, not a class of slots: one is made for every message, and a
+    struct is built in C without running an ``__init__``. Compared by
+    identity.
     """
 
     src: str
@@ -176,13 +121,8 @@ class _Message(msgspec.Struct, eq=False):
     frames: list[Buffer] | None
     size: int
     deliver: Callable[[], None] | None = None
-    callbacks: tuple[Callable[[_Message], None], ...] | None = None
-    lane: _Lane | None = None
-    """The lane whose next event follows this one's arrival, while it is on the heap."""
     receiver: SimTransport | None = None
     """The endpoint of ``dst`` when it was sent on its way (see `SimTransport.replaced`)."""
-
-    _ok: ClassVar[bool] = True
 
 
 class _MemoryOp:
@@ -332,13 +272,13 @@ class SimNetwork:
 
     def __init__(
         self,
-        env: simpy.Environment,
+        timeline: Timeline,
         loop: asyncio.AbstractEventLoop,
         model: NetworkModel,
         rng: random.Random,
         trace: Trace,
     ) -> None:
-        self.env = env
+        self.timeline = timeline
         self.loop = loop
         self.model = model
         self.rng = rng
@@ -357,9 +297,9 @@ class SimNetwork:
         self.controller_host: str | None = None
         self.extra_delay: Callable[[], float] | None = None
         """An extra latency for each message (schedule exploration), or None."""
-        self._arrival = (self._arrive,)
-        """The callbacks of every message's arrival event."""
         self._jitter_rate = 1.0 / model.jitter if model.jitter > 0 else 0.0
+        self._arrival = self._arrive
+        """The handler of every message's arrival, bound once rather than for each message."""
 
     def add_host(self, name: str) -> None:
         self.hosts[name] = _Host(name)
@@ -424,7 +364,7 @@ class SimNetwork:
             if endpoint.state is ProcState.PAUSED and endpoint.pauses == episode and self.on_silent:
                 self.on_silent(proc)
 
-        self.env.timeout(self.model.heartbeat_timeout).callbacks.append(silent)
+        self.timeline.call_later(self.model.heartbeat_timeout, silent)
         return heal
 
     def resume(self, proc: str) -> None:
@@ -493,7 +433,7 @@ class SimNetwork:
                         if endpoint.state in LIVE:
                             self.on_silent(proc)
 
-            self.env.timeout(self.model.heartbeat_timeout).callbacks.append(cut_off)
+            self.timeline.call_later(self.model.heartbeat_timeout, cut_off)
         return heal
 
     def _release(self, src_host: str, dst_host: str) -> None:
@@ -516,29 +456,34 @@ class SimNetwork:
         endpoint = self.endpoints.get(watcher)
         if endpoint is None or endpoint.state is ProcState.DOWN or endpoint.on_loss is None:
             return
-        event = self.env.timeout(self.model.detect_crash)
-        event.callbacks.append(lambda _: self.loop.call_soon(endpoint.on_loss, loss))
+        self.timeline.call_later(
+            self.model.detect_crash, lambda _: self.loop.call_soon(endpoint.on_loss, loss)
+        )
 
     def send(self, message: _Message) -> None:
         self.dispatch(self.endpoints[message.src], message)
 
     def dispatch(self, sender: SimTransport, message: _Message) -> None:
         """Put ``message`` from ``sender`` on its way, or hold it until both ends can take it."""
-        if sender.state is _PAUSED:
-            sender.held_out.append(message)
-            return
-        if sender.state is _DOWN:
-            return
+        state = sender.state
+        if state is not _UP:
+            if state is _PAUSED:
+                sender.held_out.append(message)
+                return
+            if state is _DOWN:
+                return
         route = sender.routes.get(message.dst)
-        if route is None or route.receiver is None or route.receiver.replaced:
+        receiver = None if route is None else route.receiver
+        if receiver is None or receiver.replaced:
             route = self._route(sender, message.dst)
-        receiver = route.receiver
-        if receiver is None or receiver.state is _BOOTING:
-            self._waiting.setdefault(message.dst, []).append(message)
-        elif receiver.state is _DOWN:
+            receiver = route.receiver
+        state = None if receiver is None else receiver.state
+        if state is _UP or state is _PAUSED:
+            self._schedule(message, sender, route)
+        elif state is _DOWN:
             self.watch(message.src, message.dst)
         else:
-            self._schedule(message, sender, route)
+            self._waiting.setdefault(message.dst, []).append(message)
 
     def _route(self, sender: SimTransport, dst: str) -> _Route:
         """``sender``'s route to ``dst``, made if new, to the endpoint attached as ``dst`` now."""
@@ -555,34 +500,45 @@ class SimNetwork:
 
     def _schedule(self, message: _Message, sender: SimTransport, route: _Route) -> None:
         """Put ``message`` on its way along ``route``, whose receiver is attached."""
+        # Every message comes here: the queues' `free_at` and the exponential draws of
+        # jitter (``random.expovariate``'s formula) are computed inline, not by a call each.
         receiver: SimTransport = route.receiver  # type: ignore[assignment]
         model = self.model
-        env = self.env
-        now = env._now
+        now = self.timeline.now
         size = message.size
         src_host, dst_host = sender.nic, receiver.nic
         if src_host is dst_host:
             queue = src_host.bus
-            done = queue.serve(now, model.per_message + size / model.local_bandwidth)
-            arrival = done + model.local_latency
+            free = queue.free_at
+            queue.free_at = (now if now > free else free) + (
+                model.per_message + size / model.local_bandwidth
+            )
+            arrival = queue.free_at + model.local_latency
         else:
             links = src_host.links
             link = links.get(dst_host.name) if links else None
             if link is not None and link.held:
                 link.waiting.append(message)
                 return
-            bandwidth = model.bandwidth * src_host.bandwidth_factor
-            done = src_host.tx.serve(now, model.per_message + size / bandwidth)
+            tx = src_host.tx
+            free = tx.free_at
+            tx.free_at = (now if now > free else free) + (
+                model.per_message + size / (model.bandwidth * src_host.bandwidth_factor)
+            )
             delay = model.latency
             if self._jitter_rate:
-                delay += self.rng.expovariate(self._jitter_rate)
+                delay += -log(1.0 - self.rng.random()) / self._jitter_rate
             if link is not None:
                 delay += link.extra_latency
                 if link.jitter > 0:
-                    delay += self.rng.expovariate(1.0 / link.jitter)
-            bandwidth = model.bandwidth * dst_host.bandwidth_factor
+                    delay += -log(1.0 - self.rng.random()) / (1.0 / link.jitter)
+            reached = tx.free_at + delay
             queue = dst_host.rx
-            arrival = queue.serve(done + delay, size / bandwidth)
+            free = queue.free_at
+            queue.free_at = (reached if reached > free else free) + size / (
+                model.bandwidth * dst_host.bandwidth_factor
+            )
+            arrival = queue.free_at
         slowness = sender.slowness + receiver.slowness
         if slowness:
             arrival += slowness
@@ -591,18 +547,12 @@ class SimNetwork:
         if arrival < route.last:
             arrival = route.last
         route.last = arrival
-        # What env.timeout(arrival - now) would schedule, with the message as the event.
         message.receiver = receiver
-        message.callbacks = self._arrival
-        queue.lane.add(env._queue, (now + (arrival - now), NORMAL, next(env._eid), message))
+        self.timeline.through(queue.lane, arrival, self._arrival, message)
 
     def _arrive(self, message: _Message) -> None:
-        # Runs inside the loop's select (see loop.py), on the loop thread: the
+        # Runs inside the loop's advance of the timeline, on the loop thread: the
         # receive callback only routes the message and schedules whatever must run.
-        lane = message.lane
-        if lane is not None:
-            message.lane = None
-            lane.advance(self.env._queue)
         endpoint: SimTransport = message.receiver  # type: ignore[assignment]
         if endpoint.replaced:
             endpoint = self.endpoints[message.dst]

@@ -12,10 +12,9 @@ import signal
 import threading
 import weakref
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
-
-import simpy
 
 from danaus.core import config
 from danaus.core import trace as ev
@@ -35,6 +34,7 @@ from danaus.transports.sim.collector import CollectorTuning
 from danaus.transports.sim.loop import Handle, VirtualTimeLoop
 from danaus.transports.sim.network import LIVE, NetworkModel, SimNetwork
 from danaus.transports.sim.schedule import Exploration, owner_of, seed_from_environment
+from danaus.transports.sim.timeline import Timeline
 
 log = logging.getLogger("danaus.sim")
 
@@ -169,20 +169,22 @@ class SimWorld(World):
         self.seed = seed
         self.schedule_seed = seed_from_environment() if schedule_seed is None else schedule_seed
         self.thread = threading.get_ident()
-        self.env = simpy.Environment()
-        self.loop = VirtualTimeLoop(self.env)
+        self.timeline = Timeline()
+        self.loop = VirtualTimeLoop(self.timeline)
         self.loop.keep_open = self._has_procs
         self.loop.before_close = self._loop_closing
         self.loop.closes_asyncgen = lambda _: peek_context() is None
         self.loop.time_limit = time_limit
         self.loop.describe_stall = self._describe_stall
-        self.trace = Trace(self.loop.time)
+        # The trace reads the clock for every event it records, a few per message:
+        # reading the attribute through `partial` and `getattr` runs no Python frame.
+        self.trace = Trace(partial(getattr, self.timeline, "now"))
         self.rng = random.Random(seed)
         self._global_random = random.getstate()
         random.seed(seed)
         self._collector = CollectorTuning()
         self.network = SimNetwork(
-            self.env,
+            self.timeline,
             self.loop,
             network or NetworkModel(),
             random.Random(self.rng.random()),
@@ -269,7 +271,10 @@ class SimWorld(World):
         ctx = peek_context()
         if ctx is not None:
             proc = ctx.actor_instance._runtime.proc_id
-            self._tasks.setdefault(proc, weakref.WeakSet()).add(task)
+            tasks = self._tasks.get(proc)
+            if tasks is None:
+                tasks = self._tasks[proc] = weakref.WeakSet()
+            tasks.add(task)
         if ctx is not None or _is_danaus_coroutine(coro):
             asyncio.tasks._unregister_task(task)
             self._cluster_tasks.add(task)
@@ -332,7 +337,7 @@ class SimWorld(World):
 
     def _stop_everything(self) -> None:
         """Stop the meshes gracefully (for a while), then halt every proc and end every task."""
-        self.loop.time_limit = self.env.now + SHUTDOWN_TIME
+        self.loop.time_limit = self.timeline.now + SHUTDOWN_TIME
         if not self._aborted:
             try:
                 self.loop.run_until_complete(self._root.client.stop_owned())
