@@ -30,7 +30,7 @@ from danaus.core.serialize import loads
 from danaus.core.trace import Trace
 from danaus.core.transport import ROOT, ActorRunner, Launcher, ProcSpec, World
 from danaus.core.waits import describe_waits
-from danaus.transports.sim import outside_waits
+from danaus.transports.sim import outside_waits, process_end
 from danaus.transports.sim.collector import CollectorTuning
 from danaus.transports.sim.loop import Handle, VirtualTimeLoop
 from danaus.transports.sim.network import LIVE, NetworkModel, SimNetwork
@@ -135,7 +135,8 @@ class SimWorld(World):
     While the world runs, the global `random` module is seeded with ``seed``, so
     user code that draws from it replays exactly, and the garbage collector
     runs less often (`collector`); both are as they were again after shutdown.
-    Waits outside Danaus on its thread run it on virtual time (`outside_waits`).
+    Waits outside Danaus on its thread run it on virtual time (`outside_waits`), and
+    an actor that ends its own process ends only its proc (`process_end`).
     ``schedule_seed`` (by default ``DANAUS_SCHEDULE_SEED``, else 0) picks the
     interleaving explored (`schedule`); 0 perturbs nothing.
     When ``DANAUS_TRACE_DIR`` is set, the world writes its trace there at shutdown.
@@ -200,6 +201,7 @@ class SimWorld(World):
         self._root = self.boot(ROOT, self._hosts[0])
         self.network.controller_host = self._hosts[0]
         outside_waits.attach(self)
+        process_end.attach(self)
 
     @property
     def root(self) -> Runtime:
@@ -358,6 +360,7 @@ class SimWorld(World):
             random.setstate(self._global_random)
             self._collector.restore()
             outside_waits.detach(self)
+            process_end.detach(self)
         self._write_trace()
         if close_loop:
             self.loop.close()
