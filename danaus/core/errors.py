@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import pickle
 from typing import Any
 
 import cloudpickle
+
+from danaus.core.imports import unpickle
 
 CAUSE = "cause"
 """``raise Outer from inner``: the inner exception is the outer one's ``__cause__``."""
@@ -77,7 +78,7 @@ def chain_link(exc: BaseException) -> tuple[str | None, BaseException | None]:
 def _unpack(blob: bytes | None, type_name: str, text: str) -> BaseException:
     if blob is not None:
         try:
-            exc = pickle.loads(blob)
+            exc = unpickle(blob)
         except Exception:
             pass
         else:
