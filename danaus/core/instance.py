@@ -119,9 +119,10 @@ def remote_traceback(exc: BaseException) -> str:
     return "".join(reversed(parts))
 
 
-def actor_error_payload(actor_id: str, exc: BaseException) -> list[Buffer]:
-    """A pickled `ActorError` for ``exc`` and its chain."""
-    return dumps(ActorError(actor_id, exc, remote_traceback(exc)))
+def actor_error_payload(actor_id: str, exc: BaseException, call: str) -> list[Buffer]:
+    """A pickled `ActorError` for ``exc`` and its chain, raised by the call ``call``
+    (``mesh.endpoint``)."""
+    return dumps(ActorError(actor_id, exc, remote_traceback(exc), call))
 
 
 def member_id(mesh_id: str, name: str, index: int, incarnation: int = 0) -> str:
@@ -777,10 +778,14 @@ class Instance:
         try:
             frames = dumps(result, "result of %s.%s", self.class_name, call.method)
         except TypeError as exc:
-            frames, error = actor_error_payload(self.actor_id, exc), True
+            frames, error = actor_error_payload(self.actor_id, exc, self._call_name(call)), True
         else:
             error = False
         self._runtime.send_reply(self, call.reply, call.point, frames, error)
+
+    def _call_name(self, call: Call) -> str:
+        """The call as errors name it: ``mesh.endpoint``."""
+        return f"{self.name}.{call.method}"
 
     def _answer_error(self, call: Call, explicit: bool, exc: BaseException) -> None:
         """The endpoint handling ``call`` raised ``exc``.
@@ -790,7 +795,7 @@ class Instance:
         explicit port, or ``exc`` is not an `Exception`) the actor fails.
         """
         if isinstance(exc, Exception) and call.reply is not None and not explicit:
-            payload = actor_error_payload(self.actor_id, exc)
+            payload = actor_error_payload(self.actor_id, exc, self._call_name(call))
             self._runtime.send_reply(self, call.reply, call.point, payload, True)
             return
         if not isinstance(exc, Exception):
@@ -814,7 +819,7 @@ class Instance:
             # Cancelled by something other than the actor's end (which answers the caller).
             cancelled = not self._ours(exc) and self.state in _TAKES_MESSAGES
             if cancelled and call.reply is not None and not explicit:
-                payload = actor_error_payload(self.actor_id, exc)
+                payload = actor_error_payload(self.actor_id, exc, self._call_name(call))
                 self._runtime.send_reply(self, call.reply, call.point, payload, True)
             raise
         except BaseException as exc:
