@@ -133,7 +133,7 @@ class ReplyHandler(PortHandler):
     def _lost_error(self, rank: int, proc: str, error: SupervisionError) -> SupervisionError:
         """What the call's caller gets for ``rank``, on ``proc``, which is lost: the actor is
         named as failure reports name it (class, mesh, point), as Monarch names it."""
-        if not self.mesh_name or not isinstance(error.failure, ProcLoss):
+        if not self.mesh_name or not isinstance(error.failure, ProcLoss) or error.failure.stopped:
             return error
         point = str(self.shape.point(rank)) if self.shape and self.shape.labels else ""
         actor = f"{self.mesh_name}{point}"

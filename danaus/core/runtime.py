@@ -547,8 +547,10 @@ class Runtime:
         self.supervisor.on_loss(loss)
 
     def _fail_pending(self, loss: ProcLoss) -> None:
-        """Every reply still expected from ``loss.proc`` becomes a `SupervisionError`."""
-        error = SupervisionError(loss.describe(), failure=loss)
+        """Every reply still expected from ``loss.proc`` becomes a `SupervisionError` (a
+        `MeshStoppedError` if the proc was stopped)."""
+        kind = MeshStoppedError if loss.stopped else SupervisionError
+        error = kind(loss.describe(), failure=loss)
         for handler in list(self._ports.values()):
             if isinstance(handler, ReplyHandler) and handler.cast is not None:
                 self.relays.resend(handler.cast, loss.proc)

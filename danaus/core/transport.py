@@ -58,6 +58,8 @@ class ProcLoss:
     pid: int | None = None
     exit_code: int | None = None
     signal: int | None = None
+    stopped: bool = False
+    """The proc was stopped on purpose, by a stop of its mesh: its actors stopped, none failed."""
 
     def actor_cause(self) -> str:
         """Why an actor of this proc failed, worded as Monarch's reports."""

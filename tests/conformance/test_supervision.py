@@ -18,6 +18,7 @@ from danaus import (
     MeshFailure,
     Port,
     PortReceiver,
+    ProcMesh,
     RestartPolicy,
     SupervisionError,
     current_rank,
@@ -408,6 +409,40 @@ def test_stop_is_not_a_failure(run):
         return True
 
     assert run(main)
+
+
+class Tenant(Actor):
+    """Spawns a mesh of its own on procs it was given (a proc mesh the controller owns)."""
+
+    @endpoint
+    def settle_on(self, procs: ProcMesh) -> int:
+        self.workers = procs.spawn("tenants_workers", Worker)
+        return self.workers.ping.call_one().get(timeout=30)
+
+    @endpoint
+    def call_workers(self) -> str:
+        try:
+            self.workers.ping.call_one().get(timeout=30)
+        except SupervisionError as exc:
+            return type(exc).__name__
+        return "answered"
+
+
+def test_procs_stopped_by_their_owner_read_as_stopped_to_the_owners_of_their_actors(run):
+    """The controller stops a proc mesh on which an actor of another mesh spawned actors of
+    its own: that actor is not told of a failure, and its calls there read as stopped."""
+
+    def main():
+        failures = record_root_failures()
+        tenant = this_host().spawn_procs({"w": 1}).spawn("tenant", Tenant)
+        lent = this_host().spawn_procs({"w": 1})
+        assert tenant.settle_on.call_one(lent).get(timeout=30) == 1
+        lent.stop().get(timeout=30)
+        answer = tenant.call_workers.call_one().get(timeout=30)
+        assert_no_more(failures)
+        return answer
+
+    assert run(main) == "MeshStoppedError"
 
 
 def test_stop_gives_up_on_actors_that_never_finish(run):

@@ -389,13 +389,15 @@ class LocalLauncher(Launcher):
             pipe.close()
         for aggregator in self._output.values():
             aggregator.forget(child.spec.proc_id)
+        stopped = child.exited is not None  # it was asked to exit: a stop, not a failure
         loss = ProcLoss(
             child.spec.proc_id,
-            "exited" if code >= 0 else "was killed",
+            "was stopped" if stopped else "exited" if code >= 0 else "was killed",
             host=child.spec.host,
             pid=child.pid,
             exit_code=code if code >= 0 else None,
             signal=-code if code < 0 else None,
+            stopped=stopped,
         )
         self.world.registry.lost(loss)
         tail = "".join(child.stderr_tail)
