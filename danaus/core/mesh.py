@@ -20,7 +20,7 @@ from danaus.core.bootstrap import CommandChoice, commands_for
 from danaus.core.context import context
 from danaus.core.endpoint import Endpoint, NotAnEndpoint
 from danaus.core.errors import SupervisionError
-from danaus.core.future import Future
+from danaus.core.future import CoroutineFuture, Future
 from danaus.core.instance import InstanceKind, SpawnOrder
 from danaus.core.logs import LoggingOptions
 from danaus.core.names import NumberedNames
@@ -312,7 +312,7 @@ class ProcMesh(_Mesh):
         stream_to_client: bool = False,
         aggregate_window_sec: float | None = None,
         level: int = logging.INFO,
-    ) -> Future[None]:
+    ) -> CoroutineFuture[None]:
         """How the output of these procs reaches the controller's terminal, and their log level.
 
         ``level`` becomes the level of each proc's root Python logger. With
@@ -321,8 +321,10 @@ class ProcMesh(_Mesh):
         needs ``stream_to_client=True``). A proc's output always reaches the
         controller's terminal, so ``stream_to_client`` alone changes nothing.
         The future (await it, or ``get()`` it) settles once every proc applies
-        the options. On the simulator, procs share the controller's process and
-        its terminal: the options are checked and nothing else changes.
+        the options; it is a coroutine too, as Monarch's ``async def``
+        ``logging_option`` returns (``asyncio.run(procs.logging_option(...))``).
+        On the simulator, procs share the controller's process and its terminal:
+        the options are checked and nothing else changes.
         """
         options = LoggingOptions.checked(stream_to_client, aggregate_window_sec, level)
         owner = _caller()
@@ -334,7 +336,7 @@ class ProcMesh(_Mesh):
             await _proc_agents(self).set_log_level.call(options.level)
             await self._host_mesh._agents().logging_option.call(procs, options)
 
-        return owner._runtime.submit(apply())
+        return CoroutineFuture.of(owner._runtime.submit(apply()))
 
     def host_of(self, base: int) -> HostMesh:
         """The host of the member at position ``base`` of the proc list, as a mesh of one.

@@ -165,13 +165,15 @@ def run(
     """Run ``main`` (sync or async) on a fresh simulated cluster of ``hosts`` hosts.
 
     Inside ``main``, ``this_host()`` is the controller's host and
-    ``danaus.hosts()`` all of them. Every mesh is stopped when ``main`` returns.
+    ``danaus.hosts()`` all of them, and ``asyncio.run`` runs on the simulator's
+    loop. Every mesh is stopped when ``main`` returns.
     ``schedule_seed`` (by default ``$DANAUS_SCHEDULE_SEED``, else 0) picks the
     interleaving of concurrent events to explore; 0 is the default one.
     ``cast_fanout`` is as for ``danaus.configure``.
     """
     _check_schedule_seed(schedule_seed)
     fanout = fanout_from(cast_fanout)
+    route_asyncio_run()
     world = SimWorld(hosts=hosts, seed=seed, network=network, schedule_seed=schedule_seed)
     world.cast_fanout = fanout
     previous = config.install(world)
