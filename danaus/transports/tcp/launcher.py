@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Protocol, TypeVar
 
 from danaus.core import home_cpu
+from danaus.core.bootstrap import BootstrapCommand
 from danaus.core.logs import LoggingOptions, OutputAggregator
 from danaus.core.transport import Launcher, ProcLoss, ProcSpec
 from danaus.progress import Progress
@@ -75,6 +76,12 @@ class Registry(Protocol):
 def default_argv() -> list[str]:
     """How a proc's process is started unless its `BootstrapCommand` says otherwise."""
     return [sys.executable, "-m", WORKER_MODULE]
+
+
+def default_command() -> BootstrapCommand:
+    """`default_argv` as a `BootstrapCommand`, a base for commands of one's own."""
+    program, *args = default_argv()
+    return BootstrapCommand(program, None, args, {})
 
 
 @dataclass
