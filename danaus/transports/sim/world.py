@@ -144,6 +144,7 @@ class SimWorld(World):
 
     name = "sim"
     deterministic = True
+    procs_in_process = True
     max_procs_per_host = 1_000_000
 
     def __init__(

@@ -38,6 +38,7 @@ from danaus.core import awake, home_cpu
 from danaus.core.agents import HOST_AGENT, PROC_AGENT, HostAgent, ProcAgent
 from danaus.core.attach import ATTACH_TIMEOUT
 from danaus.core.blocking import ActorThread
+from danaus.core.bootstrap import BootstrapCommand
 from danaus.core.casting import DEFAULT_FANOUT
 from danaus.core.faults import HostControl
 from danaus.core.owned import STOP_TIMEOUT
@@ -52,7 +53,7 @@ from danaus.transports.tcp.directory import Directory
 from danaus.transports.tcp.faults import SignalFaults
 from danaus.transports.tcp.forkserver import preload_from
 from danaus.transports.tcp.ioloop import IoLoop, settler
-from danaus.transports.tcp.launcher import STDOUT, LocalLauncher, Registry
+from danaus.transports.tcp.launcher import STDOUT, LocalLauncher, Registry, default_command
 from danaus.transports.tcp.limits import Limits
 from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.tcp.remote import RemoteRegistry, forward_output
@@ -514,6 +515,9 @@ class TcpWorld(World):
 
     def hosts(self) -> Sequence[str]:
         return self.job_hosts or [self.host_agent]
+
+    def default_command(self) -> BootstrapCommand:
+        return default_command()
 
     def live_hosts(self) -> list[str]:
         if self.directory is None:
