@@ -279,14 +279,18 @@ def test_grandchild_failure_climbs_two_levels(run):
 
 
 def test_default_hook_exits_the_controller_with_a_report(controller_environment, tmp_path):
+    """...having killed its workers and run the program's ``atexit`` handlers, as a program
+    that ends on an exception would."""
     script = tmp_path / "fail_fast.py"
+    marker = tmp_path / "marker"
     script.write_text(
         f"""
-import sys
+import atexit, sys
 sys.path.insert(0, {str(ROOT)!r})
 from danaus import this_host
 from tests.conformance.test_supervision import Worker
 
+atexit.register(lambda: open({str(marker)!r}, "w").write("finalized"))
 workers = this_host().spawn_procs({{"w": 2}}).spawn("w", Worker)
 workers.slice(w=1).boom.broadcast()
 while True:
@@ -304,6 +308,7 @@ while True:
     assert "unhandled failure" in result.stderr
     assert "mesh 'w' rank w=1" in result.stderr
     assert "ValueError: boom" in result.stderr
+    assert marker.read_text() == "finalized", "the atexit handler ran"
 
 
 def test_restart_one_for_one(run):
