@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from danaus.core import trace as ev
 from danaus.core.actor import Actor, EndpointSpec, endpoints_of
 from danaus.core.context import NO_MESSAGE, Context, reset_context, set_context
+from danaus.core.creators import Creator, qualified_name
 from danaus.core.errors import (
     CAUSE,
     CONTEXT,
@@ -37,6 +38,7 @@ from danaus.core.ports import Port
 from danaus.core.serialize import Buffer, dumps, loads
 from danaus.core.shape import Extent, Point
 from danaus.core.supervision import MeshFailure, class_path
+from danaus.core.transport import ROOT
 from danaus.core.undeliverable import UndeliverableMessageEnvelope
 from danaus.core.wire import PLAIN_PORT, Call
 
@@ -138,7 +140,7 @@ class SpawnOrder:
     mesh_id: str
     name: str
     blob: list[Buffer]
-    creator: str
+    creator: Creator
     owner: tuple[str, str]
     proc_mesh: ProcMesh
     rank: Point | None = None
@@ -269,7 +271,7 @@ class Instance:
         name: str,
         rank: Point,
         *,
-        creator: str | None = None,
+        creator: Creator | None = None,
         owner: tuple[str, str] | None = None,
         proc_mesh: ProcMesh | None = None,
         kind: InstanceKind = InstanceKind.USER,
@@ -379,7 +381,7 @@ class Instance:
                 mesh=order.mesh_id,
                 rank=rank.rank,
                 owner=order.owner[0],
-                creator=order.creator,
+                creator=order.creator.actor_id,
             )
         )
         return instance
@@ -440,6 +442,24 @@ class Instance:
         index = self._choices.get(mesh_id, 0)
         self._choices[mesh_id] = index + 1
         return index % count
+
+    def as_creator(self) -> Creator:
+        """This actor (or client), as the actors it spawns see their creator."""
+        return Creator(
+            self.actor_id, self._shown_name(), self._shown_class(), self.rank, self.creator
+        )
+
+    def _shown_name(self) -> str:
+        """The controller's own code is ``root``, as in Monarch; any other, by its name."""
+        client = self.kind is InstanceKind.CLIENT and self._runtime.proc_id == ROOT
+        return "root" if client else self.name
+
+    def _shown_class(self) -> str | None:
+        return class_path(type(self._obj)) if self._obj is not None else None
+
+    def __str__(self) -> str:
+        """The actor named after its creators, as Monarch names it (`qualified_name`)."""
+        return qualified_name(self.as_creator())
 
     def __repr__(self) -> str:
         return f"<Instance {self.actor_id} {self.state.value}>"

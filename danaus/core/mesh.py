@@ -410,7 +410,7 @@ class ProcMesh(_Mesh):
             mesh_id,
             name,
             dumps((cls, args, kwargs), f"an argument of {cls.__qualname__}()"),
-            owner.actor_id,
+            owner.as_creator(),
             (runtime.proc_id, owner.key),
             self,
         )

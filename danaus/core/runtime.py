@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from danaus.core import actor_logs
 from danaus.core import trace as ev
 from danaus.core.casting import Relays, Targets
 from danaus.core.config import fault_hook
@@ -127,6 +128,7 @@ class Runtime:
         self.observe(from_environment())
         self.client = Instance.client(self)
         self.supervisor = Supervisor(self)
+        actor_logs.install()
 
     def start(self, system_actors: dict[str, Actor] | None = None) -> None:
         """Host the system actors and begin receiving."""
