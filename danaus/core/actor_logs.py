@@ -4,9 +4,10 @@
 ``[actor=<root>.<train.Trainer trainers{'gpus': 3/8}>] loss 0.25`` (the actor's
 `qualified_name`), and in the controller's own code ``[actor=<root>] ...``.
 The name goes into the record's message when the record is made, so that every
-handler shows it, the program's own included. Records of Danaus's own loggers
-(``danaus.*``), which name their actor themselves, and records with an empty
-message (torch's structured logs), are left as they are. Setting
+handler shows it, the program's own included. An actor's ``self.logger``
+(``danaus.actor.<Class>``) is the actor's own; records of Danaus's own loggers,
+which name their actor themselves, and records with an empty message (torch's
+structured logs), are left as they are. Setting
 ``danaus.config.prefix_python_logs_with_actor = False`` stops it in the process
 where it is set.
 """
@@ -35,6 +36,9 @@ class Settings:
 
 settings = Settings()
 
+ACTOR_LOGGERS = "danaus.actor."
+"""The prefix of the loggers of actors' ``self.logger`` (`Actor.logger`)."""
+
 _installed = threading.Lock()
 """Held once the record factory is in place: it wraps the one found, once per process."""
 
@@ -48,13 +52,18 @@ def install() -> None:
     def make_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
         record = made(*args, **kwargs)
         if settings.prefix_python_logs_with_actor and record.msg:
-            speaker = None if record.name.startswith("danaus") else _speaker()
+            speaker = None if _danaus_own(record.name) else _speaker()
             if speaker is not None:
                 prefix = f"[actor={speaker}] "
                 record.msg = f"{prefix.replace('%', '%%') if record.args else prefix}{record.msg}"
         return record
 
     logging.setLogRecordFactory(make_record)
+
+
+def _danaus_own(logger: str) -> bool:
+    """Whether ``logger`` is one of Danaus's own (not an actor's ``self.logger``)."""
+    return logger.startswith("danaus") and not logger.startswith(ACTOR_LOGGERS)
 
 
 def _speaker() -> str | None:

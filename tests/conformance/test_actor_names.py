@@ -42,6 +42,7 @@ class Named(Actor):
             captured("step %d", 3),
             captured(""),
             captured("from danaus", logger="danaus.test"),
+            captured("from self.logger", logger=self.logger.name),
         ]
 
 
@@ -75,6 +76,11 @@ def test_log_records_made_in_an_actor_begin_with_its_name(run):
 
     in_actor, in_controller, unnamed = run(main)
     name = f"<root>.<{MODULE}.Named the_name{{'f': 1/2}}>"
-    assert in_actor == [f"[actor={name}] step 3", "", "from danaus"]
+    assert in_actor == [
+        f"[actor={name}] step 3",
+        "",
+        "from danaus",
+        f"[actor={name}] from self.logger",
+    ]
     assert in_controller == "[actor=<root>] done"
     assert unnamed == "done"
