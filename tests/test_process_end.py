@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def standard() -> tuple[object, ...]:
-    return (os._exit, os.kill, os.abort, signal.raise_signal)
+    return (os._exit, os.kill, os.abort, os.getpid, signal.raise_signal)
 
 
 STANDARD = standard()
@@ -50,6 +50,15 @@ class Ender(Actor):
     @endpoint
     def exit(self, code: int) -> None:
         os._exit(code)
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+    @endpoint
+    def kill_pid(self, pid: int, sig: int) -> str:
+        os.kill(pid, sig)
+        return "still running"
 
     @endpoint
     def functions(self) -> list[bool]:
@@ -84,10 +93,10 @@ def test_the_functions_are_replaced_while_a_world_lives_and_act_so_for_its_actor
         inside = enders.functions.call_one().get(timeout=30)
         os.kill(os.getpid(), 0)  # the controller's own call: the standard function's
         with pytest.raises(ProcessLookupError):
-            os.kill(2**22 + 1, 0)  # another pid: the standard function's
+            os.kill(2**22 + 10**6, 0)  # nobody's pid: the standard function's
         return inside
 
-    assert danaus.sim.run(main).value == [False] * 4
+    assert danaus.sim.run(main).value == [False] * 5
     assert standard() == STANDARD
 
 
@@ -114,6 +123,34 @@ def test_an_abort_or_a_raised_signal_ends_the_proc_and_the_code_after_never_runs
     assert "Killed(sig=15)" in causes[1]
     assert "Exited(code=6)" in causes[2]
     assert answer == "still running"
+
+
+def test_each_proc_has_a_pid_of_its_own_that_signals_reach():
+    """From another proc or from the controller, os.kill with a simulated proc's pid signals
+    that proc alone; its sender goes on. Signal 0 finds it while it lives."""
+
+    def main():
+        ignore_failures()
+        enders = this_host().spawn_procs({"w": 4}).spawn("enders", Ender)
+        pids = list(enders.pid.call().get(timeout=30).values())
+        by_actor = enders.slice(w=0).kill_pid.call_one(pids[1], int(signal.SIGKILL))
+        sender = by_actor.get(timeout=30)
+        os.kill(pids[2], signal.SIGTERM)
+        os.kill(pids[3], 0)
+        reports = []
+        for rank in (1, 2):
+            with pytest.raises(SupervisionError) as raised:
+                enders.slice(w=rank).pid.call_one().get(timeout=30)
+            reports.append(str(raised.value))
+        with pytest.raises(ProcessLookupError):
+            os.kill(pids[2], 0)
+        return pids, sender, reports, enders.slice(w=3).pid.call_one().get(timeout=30)
+
+    pids, sender, reports, survivor = danaus.sim.run(main).value
+    assert len(set(pids)) == 4 and os.getpid() not in pids and min(pids) > 2**22
+    assert sender == "still running"
+    assert "Killed(sig=9)" in reports[0] and "Killed(sig=15)" in reports[1]
+    assert survivor == pids[3]
 
 
 def test_a_signal_that_does_not_exist_is_refused_as_by_the_os():

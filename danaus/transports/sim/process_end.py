@@ -1,40 +1,47 @@
-"""A simulated proc whose code ends its own process ends only itself.
+"""A simulated proc is a process of its own to code: its own pid, and its own end.
 
 Every proc of a simulated world runs in one OS process, the controller's, so
-``os._exit(1)`` or ``os.kill(os.getpid(), signal.SIGKILL)`` in an actor would
-end them all, and a test session with them. While a simulated world lives,
-the functions by which a process ends itself are replaced. Called by an
-actor of one of its simulated procs, they end that proc alone, and its loss
-reads as a real transport reports it:
+``os.getpid()`` would be the same in all of them, and ``os._exit(1)`` or
+``os.kill(pid, signal.SIGKILL)`` in an actor would end them all, and a test
+session with them. While a simulated world lives, these functions are
+replaced. Called by an actor of one of its simulated procs:
 
-* ``os._exit(n)``: the proc exits with code ``n`` (``Exited(code=n)``);
-* ``os.abort()``: the proc is killed by SIGABRT;
-* ``os.kill(os.getpid(), sig)`` and ``signal.raise_signal(sig)``: ``sig`` does
-  what it does to a Danaus worker process, whose signals keep their default
-  actions (`action`). A signal that terminates a process by default (SIGKILL,
-  SIGTERM, SIGSEGV, SIGUSR1...) kills the proc (``Killed(sig=9)``); one
-  ignored by default (SIGCHLD, SIGURG, SIGWINCH, SIGCONT), or ignored by every
-  Python process (SIGPIPE, SIGXFSZ), does nothing; one that stops a process
-  (SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU) pauses the proc as the ``pause`` fault
-  does, and the caller waits until the proc is resumed or, silent for the
-  heartbeat timeout, declared lost. Signal 0 checks that the proc exists: it
-  does.
+* ``os.getpid()`` is the proc's own pid (`SimWorld.pid_of`): a number above
+  any pid Linux gives (``PID_MAX_LIMIT``, 2**22), so that no real process has
+  it, given to each proc as it boots, in order;
+* ``os._exit(n)`` ends the proc: it exited with code ``n`` (``Exited(code=n)``),
+  as a real transport reports it;
+* ``os.abort()`` ends it, killed by SIGABRT;
+* ``os.kill(pid, sig)`` with its own pid, or ``signal.raise_signal(sig)``:
+  ``sig`` does what it does to a Danaus worker process, whose signals keep
+  their default actions (`action`). A signal that terminates a process by
+  default (SIGKILL, SIGTERM, SIGSEGV, SIGUSR1...) kills the proc
+  (``Killed(sig=9)``); one ignored by default (SIGCHLD, SIGURG, SIGWINCH,
+  SIGCONT), or ignored by every Python process (SIGPIPE, SIGXFSZ), does
+  nothing; one that stops a process (SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU)
+  pauses the proc as the ``pause`` fault does, and the caller waits until the
+  proc is resumed or, silent for the heartbeat timeout, declared lost.
+  Signal 0 checks that the proc lives: it does.
 
 The caller's code does not go on: it unwinds with `ProcEnded` (an
 `asyncio.CancelledError`, as the proc's other tasks get). Its ``finally``
 blocks run, unlike in a real process, but the proc is down by then and
 nothing they send leaves it.
 
+``os.kill`` with the pid of another simulated proc, from any code of the
+world's thread (an actor, or the controller's), does the same to that proc,
+and the caller goes on; signal 0 raises `ProcessLookupError` once the proc is
+gone, as for a process that has ended.
+
 Called anywhere else (the controller's own code, an actor of the
-controller's proc, another thread, or with another process's pid), they are
-the standard functions: the controller's process ends, as on a real
-transport. Each replacement finds the world of the actor that calls it (the
-only code that runs as a simulated proc is an actor's, and only while its
-world's loop runs), so two worlds in one process never see each other's
-procs. The replacements are in place from the start of the first live world
-to the shutdown of the last, as the waits of `outside_waits` are: putting
-them in place each time a loop starts to run would cost every blocking wait
-of the controller's code, and change nothing a program sees.
+controller's proc, another thread, or with a real process's pid), they are the
+standard functions: the controller's process ends, as on a real transport.
+Each replacement finds the world of the actor that calls it, or the world a
+pid belongs to, so two worlds in one process never see each other's procs. The
+replacements are in place from the start of the first live world to the
+shutdown of the last, as the waits of `outside_waits` are: putting them in
+place each time a loop starts to run would cost every blocking wait of the
+controller's code, and change nothing a program sees.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ import signal
 import threading
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from danaus.core import config
 from danaus.core.context import peek_context
 from danaus.core.transport import ROOT
 from danaus.transports.sim import outside_waits
@@ -105,11 +113,16 @@ def detach(world: SimWorld) -> None:
 def _install() -> None:
     if os._exit is not _exit:
         _standard.update(
-            _exit=os._exit, kill=os.kill, abort=os.abort, raise_signal=signal.raise_signal
+            _exit=os._exit,
+            kill=os.kill,
+            abort=os.abort,
+            getpid=os.getpid,
+            raise_signal=signal.raise_signal,
         )
     os._exit = _exit
     os.kill = _kill
     os.abort = _abort
+    os.getpid = _getpid
     signal.raise_signal = _raise_signal
 
 
@@ -119,6 +132,7 @@ def _restore() -> None:
     os._exit = _standard["_exit"]
     os.kill = _standard["kill"]
     os.abort = _standard["abort"]
+    os.getpid = _standard["getpid"]
     signal.raise_signal = _standard["raise_signal"]
 
 
@@ -155,13 +169,39 @@ def _abort() -> NoReturn:
     _end(*caller, "os.abort()", "was killed", signal=int(signal.SIGABRT))
 
 
+def _getpid() -> int:
+    """``os.getpid`` (see the module docstring)."""
+    caller = _caller()
+    if caller is None:
+        return _standard["getpid"]()  # type: ignore[no-any-return]
+    world, proc = caller
+    return world.pid_of(proc)
+
+
+def _world_here(caller: tuple[SimWorld, str] | None) -> SimWorld | None:
+    """The world whose pids code here means: its actor's, or for other code on a world's
+    thread, the current world (each world numbers its procs from `FIRST_PID`)."""
+    if caller is not None:
+        return caller[0]
+    world: Any = config.installed()
+    if world in _worlds and world.thread == threading.get_ident():
+        return world
+    return None
+
+
 def _kill(pid: int, sig: int) -> None:
     """``os.kill`` (see the module docstring)."""
-    caller = _caller() if pid == os.getpid() else None
-    if caller is None:
+    caller = _caller()
+    world = _world_here(caller)
+    proc = world.proc_of_pid(pid) if world is not None and isinstance(pid, int) else None
+    if world is None or proc is None:
         _standard["kill"](pid, sig)
         return
-    _signalled(*caller, int(sig), f"os.kill(os.getpid(), {sig!r})")
+    call = f"os.kill({pid}, {sig!r})"
+    if caller == (world, proc):
+        _signalled(world, proc, int(sig), call)
+    else:
+        _signal(world, proc, int(sig), call)
 
 
 def _raise_signal(sig: int) -> None:
@@ -173,10 +213,31 @@ def _raise_signal(sig: int) -> None:
     _signalled(*caller, int(sig), f"signal.raise_signal({sig!r})")
 
 
-def _signalled(world: SimWorld, proc: str, sig: int, call: str) -> None:
-    """Simulated proc ``proc`` of ``world`` sent itself signal ``sig``."""
+def _check_signal(sig: int) -> None:
     if not 0 <= sig < signal.NSIG:
         raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+
+
+def _signal(world: SimWorld, proc: str, sig: int, call: str) -> None:
+    """Signal ``sig`` sent to simulated proc ``proc`` of ``world`` from outside it."""
+    _check_signal(sig)
+    endpoint = world.network.endpoints.get(proc)
+    if endpoint is None or endpoint.state is ProcState.DOWN:
+        raise ProcessLookupError(errno.ESRCH, f"{os.strerror(errno.ESRCH)}: {call}")
+    what = action(sig)
+    if sig == 0:
+        return
+    if what == "terminate":
+        world.crash(proc, "was killed", signal=sig)
+    elif what == "stop":
+        world.faults.pause(proc)
+    elif sig == signal.SIGCONT:
+        world.faults.resume(proc)
+
+
+def _signalled(world: SimWorld, proc: str, sig: int, call: str) -> None:
+    """Simulated proc ``proc`` of ``world`` sent itself signal ``sig``."""
+    _check_signal(sig)
     what = action(sig)
     if sig == 0 or what == "ignore":
         return

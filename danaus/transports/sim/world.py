@@ -41,6 +41,10 @@ log = logging.getLogger("danaus.sim")
 TRACE_DIR = "DANAUS_TRACE_DIR"
 """The environment variable naming a folder where each simulated world writes its trace."""
 
+FIRST_PID = 2**22 + 1
+"""The pid of the first simulated proc: above Linux's largest (PID_MAX_LIMIT), so that no real
+process has it (`process_end`)."""
+
 SHUTDOWN_TIME = 3 * STOP_TIMEOUT
 """Simulated seconds a shutdown may spend stopping meshes gracefully before it halts them."""
 
@@ -189,6 +193,8 @@ class SimWorld(World):
         self._aborted = False
         self.launcher = SimLauncher(self)
         self.procs: dict[str, Runtime] = {}
+        self._pids: dict[str, int] = {}
+        self._pid_procs: dict[int, str] = {}
         self._tasks: dict[str, weakref.WeakSet[asyncio.Task[Any]]] = {}
         self._cluster_tasks: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
         self.loop.set_task_factory(self._make_task)
@@ -227,9 +233,20 @@ class SimWorld(World):
         agents = {PROC_AGENT: ProcAgent, **(extra or {})}
         runtime.start({key: cls(runtime) for key, cls in agents.items()})
         self.procs[proc] = runtime
+        if proc != ROOT:  # the controller's code sees the controller's own pid
+            pid = FIRST_PID + len(self._pid_procs)
+            self._pids[proc], self._pid_procs[pid] = pid, proc
         self.network.up(proc)
         self.trace.record(ev.Boot(proc=proc, host=host))
         return runtime
+
+    def pid_of(self, proc: str) -> int:
+        """The pid that code in simulated proc ``proc`` sees (`process_end`): one of its own."""
+        return self._pids[proc]
+
+    def proc_of_pid(self, pid: int) -> str | None:
+        """The simulated proc whose pid is ``pid``, if one has it."""
+        return self._pid_procs.get(pid)
 
     def halt(self, proc: str) -> None:
         """End proc ``proc`` (its actors were stopped first, or are abandoned)."""
