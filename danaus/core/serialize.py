@@ -29,7 +29,12 @@ from typing import Any
 import cloudpickle
 
 from danaus.core.errors import SerializationError
-from danaus.core.imports import STACK_GLOBAL, import_module, unpickle
+from danaus.core.imports import (
+    STACK_GLOBAL,
+    find_stack_global,
+    import_module,
+    unpickle_importing,
+)
 
 Buffer = bytes | bytearray | memoryview
 
@@ -233,11 +238,13 @@ def loads(frames: Sequence[Buffer]) -> Any:
     read-only one (a small zmq frame, say) is copied first.
     """
     head = frames[0]
-    # The most common case, without a list of no buffers to build, nor a call to get there.
-    if len(frames) == 1 and type(head) is bytes and STACK_GLOBAL not in head:
-        return pickle.loads(head, buffers=())  # names no class or function: cannot import
+    # A single frame is the most common case: no list of no buffers to build.
     buffers = () if len(frames) == 1 else [_writable(frame) for frame in frames[1:]]
-    return unpickle(head, buffers)
+    # A pickle that names no class or function cannot import: the standard path, with no call
+    # of Python's to decide it (most messages are such, and arrive as bytes or memoryviews).
+    if STACK_GLOBAL not in head if type(head) is bytes else find_stack_global(head) is None:
+        return pickle.loads(head, buffers=buffers)
+    return unpickle_importing(head, buffers)
 
 
 def _writable(frame: Buffer) -> Buffer:
