@@ -24,6 +24,10 @@ class Environment(Actor):
         return os.getppid()
 
     @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+    @endpoint
     def spawn_on_this_host(self) -> Environment:
         return this_host().spawn_procs().spawn("inner", Environment)
 
@@ -143,8 +147,28 @@ def test_the_simulator_runs_bootstraps_and_refuses_commands():
 
     booted, refused = danaus.sim.run(main).value
     os.environ.pop("BOOTED", None)
-    assert booted == [f"pid {os.getpid()}"] * 2
+    assert booted == [booted[0]] * 2, "simulated procs share the controller's environment"
     assert "bootstrap_command needs a real transport" in refused
+
+
+BOOTED_AS: list[int] = []
+"""The pids the bootstraps of simulated procs saw (simulated procs share this list)."""
+
+
+def note_pid() -> None:
+    BOOTED_AS.append(os.getpid())
+
+
+def test_a_bootstrap_on_the_simulator_runs_as_its_proc():
+    import danaus.sim
+
+    def main() -> list[int]:
+        procs = this_host().spawn_procs(per_host={"gpus": 2}, bootstrap=note_pid)
+        return list(procs.spawn("env", Environment).pid.call().get().values())
+
+    BOOTED_AS.clear()
+    pids = danaus.sim.run(main).value
+    assert pids == BOOTED_AS and len(set(pids)) == 2 and os.getpid() not in pids
 
 
 def test_on_the_simulator_procs_are_in_process_and_have_no_executable_of_their_own():

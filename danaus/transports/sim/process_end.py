@@ -23,6 +23,8 @@ replaced. Called by an actor of one of its simulated procs:
   proc is resumed or, silent for the heartbeat timeout, declared lost.
   Signal 0 checks that the proc lives: it does.
 
+A proc's bootstrap function (``spawn_procs(bootstrap=...)``) runs as that proc.
+
 The caller's code does not go on: it unwinds with `ProcEnded` (an
 `asyncio.CancelledError`, as the proc's other tasks get). Its ``finally``
 blocks run, unlike in a real process, but the proc is down by then and
@@ -47,10 +49,13 @@ controller's code, and change nothing a program sees.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import signal
 import threading
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from danaus.core import config
@@ -136,8 +141,28 @@ def _restore() -> None:
     signal.raise_signal = _standard["raise_signal"]
 
 
+_bootstrapping: ContextVar[tuple[SimWorld, str] | None] = ContextVar(
+    "danaus_sim_bootstrapping", default=None
+)
+"""The world and proc whose ``spawn_procs(bootstrap=...)`` function runs now (`running_as`)."""
+
+
+@contextlib.contextmanager
+def running_as(world: SimWorld, proc: str) -> Iterator[None]:
+    """Code run meanwhile (a proc's bootstrap function) runs as simulated proc ``proc``."""
+    token = _bootstrapping.set((world, proc))
+    try:
+        yield
+    finally:
+        _bootstrapping.reset(token)
+
+
 def _caller() -> tuple[SimWorld, str] | None:
-    """The running world and simulated proc of the actor calling, or None if it is none."""
+    """The running world and simulated proc of the code calling, or None if it is none: an
+    actor's, or a proc's bootstrap function."""
+    bootstrapping = _bootstrapping.get()
+    if bootstrapping is not None:
+        return bootstrapping
     ctx = peek_context()
     if ctx is None:
         return None

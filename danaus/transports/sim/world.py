@@ -66,10 +66,12 @@ class SimLauncher(Launcher):
             raise NotImplementedError(why)
         await asyncio.sleep(self.world.network.model.spawn_time)
         for spec in specs:
+            self.world.assign_pid(spec.proc_id)
             if spec.setup is not None:
-                result = loads(spec.setup)()
-                if inspect.isawaitable(result):
-                    await result
+                with process_end.running_as(self.world, spec.proc_id):
+                    result = loads(spec.setup)()
+                    if inspect.isawaitable(result):
+                        await result
             self.world.boot(spec.proc_id, spec.host)
 
     async def stop(self, procs: Sequence[str], timeout: float) -> None:
@@ -233,12 +235,16 @@ class SimWorld(World):
         agents = {PROC_AGENT: ProcAgent, **(extra or {})}
         runtime.start({key: cls(runtime) for key, cls in agents.items()})
         self.procs[proc] = runtime
-        if proc != ROOT:  # the controller's code sees the controller's own pid
-            pid = FIRST_PID + len(self._pid_procs)
-            self._pids[proc], self._pid_procs[pid] = pid, proc
+        if proc != ROOT and proc not in self._pids:  # the controller's code sees its own pid
+            self.assign_pid(proc)
         self.network.up(proc)
         self.trace.record(ev.Boot(proc=proc, host=host))
         return runtime
+
+    def assign_pid(self, proc: str) -> None:
+        """Give ``proc`` its pid: the next one, in the order procs start."""
+        pid = FIRST_PID + len(self._pid_procs)
+        self._pids[proc], self._pid_procs[pid] = pid, proc
 
     def pid_of(self, proc: str) -> int:
         """The pid that code in simulated proc ``proc`` sees (`process_end`): one of its own."""
