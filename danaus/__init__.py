@@ -15,6 +15,7 @@ import types as _types
 
 from danaus.core import config as _config
 from danaus.core.actor import Actor, concurrent_endpoint, endpoint
+from danaus.core.actor_logs import settings as config
 from danaus.core.attach import attach_to_workers
 from danaus.core.bootstrap import BootstrapCommand
 from danaus.core.config import configure, shutdown
@@ -74,6 +75,7 @@ __all__ = [
     "as_endpoint",
     "attach_to_workers",
     "concurrent_endpoint",
+    "config",
     "configure",
     "context",
     "current_actor_name",

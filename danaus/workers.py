@@ -16,10 +16,10 @@ import socket
 import sys
 from pathlib import Path
 
-from danaus.core.attach import Key
+from danaus.core.attach import CA, Key, key_of
 from danaus.core.bootstrap import BootstrapCommand
 from danaus.transports.tcp import hostlink, jobkey
-from danaus.transports.tcp.launcher import default_argv
+from danaus.transports.tcp.launcher import default_command
 from danaus.transports.tcp.worker_loop import run_worker_loop
 
 __all__ = ["default_bootstrap_cmd", "make_job_key", "run_worker_loop_forever"]
@@ -29,6 +29,7 @@ def run_worker_loop_forever(
     *,
     address: str,
     key: Key = None,
+    ca: CA | None = None,
     name: str | None = None,
     exit_on_disconnect: bool = False,
     address_file: str | os.PathLike[str] | None = None,
@@ -39,8 +40,10 @@ def run_worker_loop_forever(
     name of this host (port 26600 by default). It must name one interface: a
     wildcard such as ``0.0.0.0`` is refused, so a worker never listens on every
     interface by accident. ``key`` is the job's key (its text, or the path of a
-    file holding it; None: ``DANAUS_JOB_KEY`` or ``DANAUS_JOB_KEY_FILE``).
-    ``name`` names this host in reports and output (default: its host name).
+    file holding it; None: ``DANAUS_JOB_KEY`` or ``DANAUS_JOB_KEY_FILE``);
+    Monarch's ``ca="trust_all_connections"`` is accepted in its place
+    (`danaus.core.attach.key_of`). ``name`` names this host in reports and
+    output (default: its host name).
 
     Only a controller holding the job's key can attach, one at a time. When it
     releases the worker or goes silent, every proc it started here is killed,
@@ -56,7 +59,7 @@ def run_worker_loop_forever(
             f"{address!r} would listen on every interface of this host; name the address "
             "of the one the job's controller reaches it on"
         )
-    keys = jobkey.resolve(key)
+    keys = jobkey.resolve(key_of(key, ca))
     if not logging.getLogger().handlers:
         logging.basicConfig(
             stream=sys.stderr,
@@ -75,8 +78,7 @@ def run_worker_loop_forever(
 
 def default_bootstrap_cmd() -> BootstrapCommand:
     """How a proc is started by default; a base for commands of one's own (``with_env``)."""
-    program, *args = default_argv()
-    return BootstrapCommand(program, None, args, {})
+    return default_command()
 
 
 def make_job_key(path: str | os.PathLike[str] | None = None) -> str:

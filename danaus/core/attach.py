@@ -21,14 +21,60 @@ from danaus.core.shape import Extent, Shape
 ATTACH_TIMEOUT = 60.0
 """Seconds a worker may take to accept this controller (it may still be finishing another)."""
 
-Key = str | bytes | os.PathLike[str] | None
-"""A job's key: its text (``str``/``bytes``), or the path of a file holding it."""
+TRUST_ALL_CONNECTIONS = "trust_all_connections"
+"""Monarch's ``ca`` for a job whose workers and controller run as one user (see `key_of`)."""
+
+
+class UserKey:
+    """The key of ``ca="trust_all_connections"``: the job's key from the environment
+    (``DANAUS_JOB_KEY``, ``DANAUS_JOB_KEY_FILE``), else the user's own, a private file in
+    their configuration folder made on first use. `USER_KEY` is its one instance."""
+
+    def __repr__(self) -> str:
+        return "USER_KEY"
+
+
+USER_KEY = UserKey()
+
+Key = str | bytes | os.PathLike[str] | UserKey | None
+"""A job's key: its text (``str``/``bytes``), the path of a file holding it, or `USER_KEY`."""
+
+CA = bytes | os.PathLike[str] | str
+"""Monarch's ``ca``: ``"trust_all_connections"``, or (Danaus) the job's key as for ``key``."""
+
+
+def key_of(key: Key, ca: CA | None) -> Key:
+    """The job's key that ``attach_to_workers`` and ``run_worker_loop_forever`` use, given
+    their ``key`` and Monarch's ``ca`` (one of them at most).
+
+    Danaus authenticates every connection with the job's key, where Monarch
+    takes a certificate authority (``ca``) and, so far, only
+    ``"trust_all_connections"``. That value gives `USER_KEY`: the key the
+    scheduler gave the job, or else one key per user, so that a worker and a
+    controller a user starts on one machine (or on machines that share the
+    user's home) attach without being given a key, and nobody else's can. A
+    ``ca`` of bytes or a path is taken as the job's key itself (its text, or
+    its file).
+    """
+    if ca is None:
+        return key
+    if key is not None:
+        raise TypeError("give the job's key as key= or as ca=, not both")
+    if ca == TRUST_ALL_CONNECTIONS:
+        return USER_KEY
+    if isinstance(ca, (bytes, os.PathLike)):
+        return ca
+    raise ValueError(
+        f'ca must be "{TRUST_ALL_CONNECTIONS}", or the job\'s key as bytes or the path of its '
+        f"file, not {ca!r}"
+    )
 
 
 def attach_to_workers(
     workers: Sequence[str],
     *,
     key: Key = None,
+    ca: CA | None = None,
     name: str | None = None,
     timeout: float = ATTACH_TIMEOUT,
 ) -> HostMesh:
@@ -37,6 +83,7 @@ def attach_to_workers(
     ``workers`` are the workers' addresses (``tcp://10.0.0.2:26600`` or
     ``10.0.0.2:26600``). ``key`` is the job's key, which the workers hold too
     (None: from ``DANAUS_JOB_KEY`` or the file named by ``DANAUS_JOB_KEY_FILE``).
+    Monarch's ``ca="trust_all_connections"`` is accepted in its place (`key_of`).
     Returns at once: the mesh's ``initialized`` settles once every worker has
     accepted this controller, and messages to the hosts wait until then. A
     worker that cannot be attached within ``timeout`` seconds is reported as a
@@ -58,6 +105,7 @@ def attach_to_workers(
         raise ValueError(f"a worker is named twice in {workers}")
     if not timeout > 0:
         raise ValueError(f"timeout must be positive, not {timeout!r}")
+    key = key_of(key, ca)
     owner = context().actor_instance
     agents = owner._runtime.world.attach(workers, key, timeout)
     owned = OwnedMesh(name or "hosts", HostMesh._kind, owner)

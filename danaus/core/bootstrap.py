@@ -10,8 +10,9 @@ point, which reads the proc's identity from its stdin.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -50,6 +51,25 @@ class BootstrapCommand:
     def argv(self) -> list[str]:
         """The argument vector the process sees (``arg0`` first)."""
         return [self.arg0 or self.program, *self.args]
+
+
+PYTHON_EXECUTABLE_ENV = "DANAUS_PYTHON_EXECUTABLE"
+"""Set in the environment of a proc started by `with_python`: the executable it was started
+with, which ``this_host()`` there spawns procs with in turn."""
+
+
+def with_python(default: BootstrapCommand | None, python: str) -> BootstrapCommand:
+    """``default`` (a world's command for a proc's process) run by ``python`` instead.
+
+    None (a world whose procs are not processes): ``python`` with no arguments.
+    """
+    base = default if default is not None else BootstrapCommand(python)
+    return replace(base, program=python, arg0=None).with_env({PYTHON_EXECUTABLE_ENV: python})
+
+
+def inherited_python() -> str | None:
+    """The executable this process was started with by `with_python`, if it was."""
+    return os.environ.get(PYTHON_EXECUTABLE_ENV) or None
 
 
 CommandChoice = BootstrapCommand | Callable[["Point"], BootstrapCommand] | None

@@ -93,7 +93,8 @@ class Endpoint(Generic[P, R]):
         if expect is not None:
             handler, result = expect([proc for proc, _ in targets], runtime.loop)
             handler.caller, handler.actor, handler.method = sender, self._mesh._mesh_id, self.name
-            handler.mesh_name = self._mesh.name
+            handler.mesh_name, handler.actor_class = self._mesh.name, self._spec.owner
+            handler.shape = shape
             reply = runtime.open_port(handler)
         mesh_id, method = self._mesh._mesh_id, self._spec.name
         runtime.send_call(

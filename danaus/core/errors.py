@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import pickle
 from typing import Any
 
 import cloudpickle
+
+from danaus.core.imports import unpickle
 
 CAUSE = "cause"
 """``raise Outer from inner``: the inner exception is the outer one's ``__cause__``."""
@@ -22,13 +23,17 @@ class ActorError(Exception):
     here (its class cannot be imported, or its constructor takes other
     arguments), a `RemoteException` with its class name and message stands in
     for it. ``traceback`` is the remote traceback of the whole chain, as Python
-    would print it.
+    would print it. ``call`` names the call that failed, as ``mesh.endpoint``
+    (the message begins ``Actor call mesh.endpoint failed``, as Monarch's does).
     """
 
-    def __init__(self, actor: str, exception: BaseException, traceback: str) -> None:
+    def __init__(
+        self, actor: str, exception: BaseException, traceback: str, call: str | None = None
+    ) -> None:
         self.actor = actor
         self.exception = exception
         self.traceback = traceback
+        self.call = call
         super().__init__(actor, exception, traceback)
 
     @property
@@ -39,13 +44,15 @@ class ActorError(Exception):
         return f"{type(self.exception).__name__}: {self.exception}"
 
     def __str__(self) -> str:
+        context = f"Actor call {self.call} failed: " if self.call else ""
         return (
-            f"actor {self.actor} raised {self.message}\n"
+            f"{context}actor {self.actor} raised {self.message}\n"
             f"remote traceback:\n{self.traceback.rstrip()}"
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild_actor_error, (self.actor, self.traceback, _pack_chain(self.exception)))
+        chain = _pack_chain(self.exception)
+        return (_rebuild_actor_error, (self.actor, self.traceback, chain, self.call))
 
 
 def _pack_chain(exc: BaseException) -> list[tuple[bytes | None, str, str, str | None]]:
@@ -77,7 +84,7 @@ def chain_link(exc: BaseException) -> tuple[str | None, BaseException | None]:
 def _unpack(blob: bytes | None, type_name: str, text: str) -> BaseException:
     if blob is not None:
         try:
-            exc = pickle.loads(blob)
+            exc = unpickle(blob)
         except Exception:
             pass
         else:
@@ -87,7 +94,10 @@ def _unpack(blob: bytes | None, type_name: str, text: str) -> BaseException:
 
 
 def _rebuild_actor_error(
-    actor: str, traceback: str, chain: list[tuple[bytes | None, str, str, str | None]]
+    actor: str,
+    traceback: str,
+    chain: list[tuple[bytes | None, str, str, str | None]],
+    call: str | None = None,
 ) -> ActorError:
     excs = [_unpack(blob, name, text) for blob, name, text, _ in chain]
     for (_, _, _, link), exc, following in zip(chain, excs, excs[1:]):
@@ -95,7 +105,7 @@ def _rebuild_actor_error(
             exc.__cause__ = following
         else:
             exc.__context__ = following
-    return ActorError(actor, excs[0], traceback)
+    return ActorError(actor, excs[0], traceback, call)
 
 
 class SupervisionError(RuntimeError):

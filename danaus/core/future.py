@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import contextlib
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -122,3 +123,44 @@ class Future(Generic[R]):
     def __repr__(self) -> str:
         state = "done" if self._afut.done() else "pending"
         return f"<danaus.Future {state}>"
+
+
+class CoroutineFuture(Future[R]):
+    """A `Future` that is also a coroutine: what a method returns that Monarch declares
+    ``async def``, so that ``asyncio.run(procs.logging_option(...))`` works as there.
+
+    ``asyncio.run``, ``asyncio.create_task`` and ``await`` take it as they take
+    a coroutine, and ``get()`` and the other methods of a `Future` work too.
+    Unlike a coroutine, its work has begun when it is returned: it is done
+    whether or not anything awaits it. Each coroutine step is a step of
+    awaiting it, so it can be run as a coroutine once.
+    """
+
+    __slots__ = ("_steps",)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, afut: asyncio.Future[R]) -> None:
+        super().__init__(loop, afut)
+        self._steps: Generator[Any, None, R] | None = None
+
+    @classmethod
+    def of(cls, future: Future[R]) -> CoroutineFuture[R]:
+        """``future`` as a coroutine too."""
+        return cls(future._loop, future._afut)
+
+    def _awaiting(self) -> Generator[Any, None, R]:
+        if self._steps is None:
+            self._steps = self.__await__()
+        return self._steps
+
+    def send(self, value: Any) -> Any:
+        return self._awaiting().send(value)
+
+    def throw(self, *error: Any) -> Any:
+        return self._awaiting().throw(*error)
+
+    def close(self) -> None:
+        if self._steps is not None:
+            self._steps.close()
+
+
+collections.abc.Coroutine.register(CoroutineFuture)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from danaus.core import trace as ev
 from danaus.core.actor import Actor, EndpointSpec, endpoints_of
 from danaus.core.context import NO_MESSAGE, Context, reset_context, set_context
+from danaus.core.creators import Creator, qualified_name
 from danaus.core.errors import (
     CAUSE,
     CONTEXT,
@@ -38,6 +39,7 @@ from danaus.core.ports import Port
 from danaus.core.serialize import Buffer, dumps, loads
 from danaus.core.shape import Extent, Point
 from danaus.core.supervision import MeshFailure, class_path
+from danaus.core.transport import ROOT
 from danaus.core.undeliverable import UndeliverableMessageEnvelope
 from danaus.core.wire import PLAIN_PORT, Call
 
@@ -120,9 +122,10 @@ def remote_traceback(exc: BaseException) -> str:
     return "".join(reversed(parts))
 
 
-def actor_error_payload(actor_id: str, exc: BaseException) -> list[Buffer]:
-    """A pickled `ActorError` for ``exc`` and its chain."""
-    return dumps(ActorError(actor_id, exc, remote_traceback(exc)))
+def actor_error_payload(actor_id: str, exc: BaseException, call: str) -> list[Buffer]:
+    """A pickled `ActorError` for ``exc`` and its chain, raised by the call ``call``
+    (``mesh.endpoint``)."""
+    return dumps(ActorError(actor_id, exc, remote_traceback(exc), call))
 
 
 def member_id(mesh_id: str, name: str, index: int, incarnation: int = 0) -> str:
@@ -138,7 +141,7 @@ class SpawnOrder:
     mesh_id: str
     name: str
     blob: list[Buffer]
-    creator: str
+    creator: Creator
     owner: tuple[str, str]
     proc_mesh: ProcMesh
     rank: Point | None = None
@@ -269,7 +272,7 @@ class Instance:
         name: str,
         rank: Point,
         *,
-        creator: str | None = None,
+        creator: Creator | None = None,
         owner: tuple[str, str] | None = None,
         proc_mesh: ProcMesh | None = None,
         kind: InstanceKind = InstanceKind.USER,
@@ -379,7 +382,7 @@ class Instance:
                 mesh=order.mesh_id,
                 rank=rank.rank,
                 owner=order.owner[0],
-                creator=order.creator,
+                creator=order.creator.actor_id,
             )
         )
         return instance
@@ -440,6 +443,24 @@ class Instance:
         index = self._choices.get(mesh_id, 0)
         self._choices[mesh_id] = index + 1
         return index % count
+
+    def as_creator(self) -> Creator:
+        """This actor (or client), as the actors it spawns see their creator."""
+        return Creator(
+            self.actor_id, self._shown_name(), self._shown_class(), self.rank, self.creator
+        )
+
+    def _shown_name(self) -> str:
+        """The controller's own code is ``root``, as in Monarch; any other, by its name."""
+        client = self.kind is InstanceKind.CLIENT and self._runtime.proc_id == ROOT
+        return "root" if client else self.name
+
+    def _shown_class(self) -> str | None:
+        return class_path(type(self._obj)) if self._obj is not None else None
+
+    def __str__(self) -> str:
+        """The actor named after its creators, as Monarch names it (`qualified_name`)."""
+        return qualified_name(self.as_creator())
 
     def __repr__(self) -> str:
         return f"<Instance {self.actor_id} {self.state.value}>"
@@ -779,10 +800,14 @@ class Instance:
             frames = dumps(result, "result of %s.%s", self.class_name, call.method)
             self._runtime.check_size(frames, "the answer of %s.%s", self.class_name, call.method)
         except (TypeError, MessageTooLargeError) as exc:
-            frames, error = actor_error_payload(self.actor_id, exc), True
+            frames, error = actor_error_payload(self.actor_id, exc, self._call_name(call)), True
         else:
             error = False
         self._runtime.send_reply(self, call.reply, call.point, frames, error)
+
+    def _call_name(self, call: Call) -> str:
+        """The call as errors name it: ``mesh.endpoint``."""
+        return f"{self.name}.{call.method}"
 
     def _answer_error(self, call: Call, explicit: bool, exc: BaseException) -> None:
         """The endpoint handling ``call`` raised ``exc``.
@@ -792,7 +817,7 @@ class Instance:
         explicit port, or ``exc`` is not an `Exception`) the actor fails.
         """
         if isinstance(exc, Exception) and call.reply is not None and not explicit:
-            payload = actor_error_payload(self.actor_id, exc)
+            payload = actor_error_payload(self.actor_id, exc, self._call_name(call))
             self._runtime.send_reply(self, call.reply, call.point, payload, True)
             return
         if not isinstance(exc, Exception):
@@ -816,7 +841,7 @@ class Instance:
             # Cancelled by something other than the actor's end (which answers the caller).
             cancelled = not self._ours(exc) and self.state in _TAKES_MESSAGES
             if cancelled and call.reply is not None and not explicit:
-                payload = actor_error_payload(self.actor_id, exc)
+                payload = actor_error_payload(self.actor_id, exc, self._call_name(call))
                 self._runtime.send_reply(self, call.reply, call.point, payload, True)
             raise
         except BaseException as exc:

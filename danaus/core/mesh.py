@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from danaus.core.actor import Actor, EndpointSpec, endpoints_of
 from danaus.core.blocking import discard_outcome
-from danaus.core.bootstrap import CommandChoice, commands_for
+from danaus.core.bootstrap import CommandChoice, commands_for, inherited_python, with_python
 from danaus.core.context import context
 from danaus.core.endpoint import Endpoint, NotAnEndpoint
-from danaus.core.future import Future
+from danaus.core.future import CoroutineFuture, Future
 from danaus.core.instance import InstanceKind, SpawnOrder
 from danaus.core.logs import LoggingOptions
 from danaus.core.names import NumberedNames
@@ -114,21 +114,45 @@ class HostMesh(_Mesh):
         agents: Sequence[str],
         shape: Shape,
         owned: OwnedMesh | None = None,
+        python: str | None = None,
         *,
         own: bool = False,
     ) -> None:
         self._procs = agents
         self._shape = shape
         self._owned = owned
+        self._python = python
         self._own_hosts = own
         self._shut_down = False
 
     @classmethod
-    def single(cls, agent: str, *, own: bool = False) -> HostMesh:
-        return cls((agent,), Shape.unity(), own=own)
+    def single(cls, agent: str, *, own: bool = False, python: str | None = None) -> HostMesh:
+        return cls((agent,), Shape.unity(), python=python, own=own)
 
     def _with_shape(self, shape: Shape) -> HostMesh:
-        return HostMesh(self._procs, shape)
+        return HostMesh(self._procs, shape, python=self._python)
+
+    def with_python_executable(self, python_executable: str) -> HostMesh:
+        """These hosts, spawning procs whose process is ``python_executable`` (a path).
+
+        It runs in place of the controller's interpreter, with the arguments
+        and environment a proc's process gets by default, and so must end up
+        running a Python that can import Danaus (a wrapper script that sets
+        something up and ``exec``s the interpreter, say). A proc started so
+        runs ``this_host().spawn_procs(...)`` with the same executable. The
+        mesh returned is a reference: ``spawn_procs`` and ``stop`` work on it,
+        ``shutdown`` does not. A ``bootstrap_command`` given to ``spawn_procs``
+        takes precedence. On the simulator procs are not processes, and such
+        procs fail as with a ``bootstrap_command``.
+        """
+        if not isinstance(python_executable, str) or not python_executable:
+            raise TypeError(f"python_executable must be a path, not {python_executable!r}")
+        return HostMesh(self._procs, self._shape, python=python_executable)
+
+    @property
+    def is_fake_in_process(self) -> bool:
+        """Whether procs spawned here share the caller's OS process (the simulator's do)."""
+        return _caller()._runtime.world.procs_in_process
 
     def _agents(self) -> ActorMesh[Any]:
         from danaus.core.agents import HOST_AGENT, HostAgent
@@ -180,6 +204,8 @@ class HostMesh(_Mesh):
         shape = Shape.from_extent(
             Extent(self._shape.labels + extent.labels, self._shape.ndslice.sizes + extent.sizes)
         )
+        if bootstrap_command is None and self._python is not None:
+            bootstrap_command = with_python(runtime.world.default_command(), self._python)
         commands = commands_for(bootstrap_command, shape)
         mesh_id = runtime.new_id()
         name = name or "procs"
@@ -285,7 +311,7 @@ class HostMesh(_Mesh):
         return f"<HostMesh {self.sizes}>"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (HostMesh, (self._procs, self._shape))
+        return (HostMesh, (self._procs, self._shape, None, self._python))
 
 
 class ProcMesh(_Mesh):
@@ -330,7 +356,7 @@ class ProcMesh(_Mesh):
         stream_to_client: bool = False,
         aggregate_window_sec: float | None = None,
         level: int = logging.INFO,
-    ) -> Future[None]:
+    ) -> CoroutineFuture[None]:
         """How the output of these procs reaches the controller's terminal, and their log level.
 
         ``level`` becomes the level of each proc's root Python logger. With
@@ -339,8 +365,10 @@ class ProcMesh(_Mesh):
         needs ``stream_to_client=True``). A proc's output always reaches the
         controller's terminal, so ``stream_to_client`` alone changes nothing.
         The future (await it, or ``get()`` it) settles once every proc applies
-        the options. On the simulator, procs share the controller's process and
-        its terminal: the options are checked and nothing else changes.
+        the options; it is a coroutine too, as Monarch's ``async def``
+        ``logging_option`` returns (``asyncio.run(procs.logging_option(...))``).
+        On the simulator, procs share the controller's process and its terminal:
+        the options are checked and nothing else changes.
         """
         options = LoggingOptions.checked(stream_to_client, aggregate_window_sec, level)
         owner = _caller()
@@ -352,7 +380,7 @@ class ProcMesh(_Mesh):
             await _proc_agents(self).set_log_level.call(options.level)
             await self._host_mesh._agents().logging_option.call(procs, options)
 
-        return owner._runtime.submit(apply())
+        return CoroutineFuture.of(owner._runtime.submit(apply()))
 
     def host_of(self, base: int) -> HostMesh:
         """The host of the member at position ``base`` of the proc list, as a mesh of one.
@@ -407,7 +435,7 @@ class ProcMesh(_Mesh):
             mesh_id,
             name,
             built,
-            owner.actor_id,
+            owner.as_creator(),
             (runtime.proc_id, owner.key),
             self,
         )
@@ -574,7 +602,11 @@ _RESERVED = frozenset(name for name in dir(ActorMesh) if not name.startswith("_"
 def this_host() -> HostMesh:
     """The host the calling code runs on, as a host mesh of one."""
     instance = context().actor_instance
-    return HostMesh.single(instance._runtime.host_agent, own=instance.kind is InstanceKind.CLIENT)
+    return HostMesh.single(
+        instance._runtime.host_agent,
+        own=instance.kind is InstanceKind.CLIENT,
+        python=inherited_python(),
+    )
 
 
 def this_proc() -> ProcMesh:

@@ -102,6 +102,10 @@ class ReplyHandler(PortHandler):
     method = ""
     mesh_name = ""
     """The name of the called actors' mesh (for errors)."""
+    actor_class = ""
+    """The called actors' class (for errors)."""
+    shape: Shape | None = None
+    """Where the called actors are in the messaged mesh, rank by rank (for errors)."""
     cast: Answered | None = None
     """The call, if it went along a tree: kept until every proc answered or was lost, even
     once the caller has its result (`danaus.core.casting`)."""
@@ -124,21 +128,30 @@ class ReplyHandler(PortHandler):
         return f"the answer of {self.method or 'a call'} from proc {self.procs[rank]}"
 
     def lost(self, proc: str, error: SupervisionError) -> None:
-        if self.mesh_name and isinstance(error.failure, ProcLoss):
-            error = SupervisionError(
-                f"Endpoint call {self.mesh_name}.{self.method}() failed, The actor "
-                f"{self.mesh_name} on proc {proc} and all its descendants have failed: "
-                f"{error.failure.actor_cause()} ({error.failure.where()})",
-                error.failure,
-            )
         for rank in sorted(r for r in self.remaining if self.procs[r] == proc):
             self.remaining.discard(rank)
-            self.arrived(rank, None, error)
+            self.arrived(rank, None, self._lost_error(rank, proc, error))
         if self.cast is not None:
             self.cast.pending.difference_update(
                 [rank for rank, there in enumerate(self.procs) if there == proc]
             )
         self._close_when_done()
+
+    def _lost_error(self, rank: int, proc: str, error: SupervisionError) -> SupervisionError:
+        """What the call's caller gets for ``rank``, on ``proc``, which is lost: the actor is
+        named as failure reports name it (class, mesh, point), as Monarch names it."""
+        if not self.mesh_name or not isinstance(error.failure, ProcLoss) or error.failure.stopped:
+            return error
+        point = str(self.shape.point(rank)) if self.shape and self.shape.labels else ""
+        actor = f"{self.mesh_name}{point}"
+        if self.actor_class:
+            actor = f"{self.actor_class} {actor}"
+        return SupervisionError(
+            f"Endpoint call {self.mesh_name}.{self.method}() failed, The actor {actor} on proc "
+            f"{proc} and all its descendants have failed: {error.failure.actor_cause()} "
+            f"({error.failure.where()})",
+            error.failure,
+        )
 
     def _close_when_done(self) -> None:
         if not self.remaining and (self.cast is None or not self.cast.pending):

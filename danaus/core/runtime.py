@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from danaus.core import actor_logs
 from danaus.core import trace as ev
 from danaus.core.casting import Relays, Targets
 from danaus.core.config import fault_hook
@@ -133,6 +134,7 @@ class Runtime:
         self.observe(from_environment())
         self.client = Instance.client(self)
         self.supervisor = Supervisor(self)
+        actor_logs.install()
 
     def start(self, system_actors: dict[str, Actor] | None = None) -> None:
         """Host the system actors and begin receiving."""
@@ -580,8 +582,10 @@ class Runtime:
         self.supervisor.on_loss(loss)
 
     def _fail_pending(self, loss: ProcLoss) -> None:
-        """Every reply still expected from ``loss.proc`` becomes a `SupervisionError`."""
-        error = SupervisionError(loss.describe(), failure=loss)
+        """Every reply still expected from ``loss.proc`` becomes a `SupervisionError` (a
+        `MeshStoppedError` if the proc was stopped)."""
+        kind = MeshStoppedError if loss.stopped else SupervisionError
+        error = kind(loss.describe(), failure=loss)
         for handler in list(self._ports.values()):
             if isinstance(handler, ReplyHandler) and handler.cast is not None:
                 self.relays.resend(handler.cast, loss.proc)

@@ -9,6 +9,9 @@ are copied once on arrival, unless a transport received the frame into
 `bytes_storage`. Classes and functions defined in
 ``__main__``, in test modules or in notebooks travel by value (cloudpickle), so
 they work in worker processes that cannot import them.
+
+Any thread may unpickle: the imports that unpickling makes happen one at a
+time (`danaus.core.imports`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,12 @@ from typing import Any
 import cloudpickle
 
 from danaus.core.errors import SerializationError
+from danaus.core.imports import (
+    STACK_GLOBAL,
+    find_stack_global,
+    import_module,
+    unpickle_importing,
+)
 
 Buffer = bytes | bytearray | memoryview
 
@@ -85,8 +94,7 @@ def _rebuild_memoryview(buffer: memoryview, fmt: str, shape: tuple[int, ...]) ->
 
 
 def _rebuild_tensor(buffer: Any, dtype: Any, shape: tuple[int, ...], requires_grad: bool) -> Any:
-    import torch
-
+    torch = import_module("torch")
     view = memoryview(buffer)
     if view.nbytes == 0:
         tensor = torch.empty(shape, dtype=dtype)
@@ -229,9 +237,14 @@ def loads(frames: Sequence[Buffer]) -> Any:
     frames' memory, so each frame must be writable and the receiver's own; a
     read-only one (a small zmq frame, say) is copied first.
     """
-    if len(frames) == 1:  # the most common case, without a list of no buffers to build
-        return pickle.loads(frames[0], buffers=())
-    return pickle.loads(frames[0], buffers=[_writable(frame) for frame in frames[1:]])
+    head = frames[0]
+    # A single frame is the most common case: no list of no buffers to build.
+    buffers = () if len(frames) == 1 else [_writable(frame) for frame in frames[1:]]
+    # A pickle that names no class or function cannot import: the standard path, with no call
+    # of Python's to decide it (most messages are such, and arrive as bytes or memoryviews).
+    if STACK_GLOBAL not in head if type(head) is bytes else find_stack_global(head) is None:
+        return pickle.loads(head, buffers=buffers)
+    return unpickle_importing(head, buffers)
 
 
 def _writable(frame: Buffer) -> Buffer:

@@ -96,7 +96,11 @@ class MeshFailure:
         return f"mesh {self.mesh_name!r} rank {coords} ({who}) failed on {where}{status}"
 
     def __str__(self) -> str:
-        return f"MeshFailure({self._headline()}: {self.cause})"
+        """One line, in Monarch's form: the mesh, the failed rank's index in it, and the event."""
+        return (
+            f"MeshFailure(mesh_name={self.mesh_name}, crashed_ranks=[{self.rank.rank}], "
+            f"event={self._headline()}: {self.cause})"
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         """Travels without ``mesh``: the owner's handle, set again where the failure is received."""

@@ -48,7 +48,10 @@ class Supervisor:
             self.runtime.trace.record(ev.Release(proc=self.runtime.proc_id, mesh=mesh_id))
 
     def on_loss(self, loss: ProcLoss) -> None:
-        """A proc is gone: every member of an owned mesh that lived there failed."""
+        """A proc is gone: every member of an owned mesh that lived there failed, unless the
+        proc was stopped (by the stop of a proc mesh its owner may not be this one's)."""
+        if loss.stopped:
+            return
         for mesh_id, owned in list(self._owned.items()):
             mesh = owned.mesh
             members = mesh._members()

@@ -62,6 +62,8 @@ class ProcLoss:
     pid: int | None = None
     exit_code: int | None = None
     signal: int | None = None
+    stopped: bool = False
+    """The proc was stopped on purpose, by a stop of its mesh: its actors stopped, none failed."""
 
     def actor_cause(self) -> str:
         """Why an actor of this proc failed, worded as Monarch's reports."""
@@ -272,6 +274,8 @@ class World(ABC):
     faults: Faults
     """What a chaos run can do to this world (crash, pause, network faults)."""
     deterministic: bool = False
+    procs_in_process: bool = False
+    """Whether the procs this world starts live in this OS process (the simulator's do)."""
     cast_fanout: int = DEFAULT_FANOUT
     """How many procs a cast's sender, and each proc that passes it on, sends it to at most
     (`danaus.core.casting`; set by ``configure(cast_fanout=...)`` or ``DANAUS_CAST_FANOUT``)."""
@@ -312,6 +316,11 @@ class World(ABC):
     @abstractmethod
     def hosts(self) -> Sequence[str]:
         """Proc ids of the host agents of every host in the world, in order."""
+
+    def default_command(self) -> BootstrapCommand | None:
+        """How a proc's process starts unless ``spawn_procs`` says otherwise (None: procs
+        are not processes started by a command, as on the simulator)."""
+        return None
 
     def attach(self, workers: Sequence[str], key: object, timeout: float) -> list[str]:
         """Begin attaching this controller to the host agents (workers) at ``workers``.

@@ -98,11 +98,13 @@ def test_later_messages_run_while_a_body_waits(run, cls):
 def test_exception_in_a_body_goes_to_the_caller(run):
     def main():
         gate = this_host().spawn_procs().spawn("gate", Gate)
-        with pytest.raises(ActorError, match="concurrent body failed"):
+        with pytest.raises(ActorError, match="concurrent body failed") as raised:
             gate.fail.call_one().get()
-        return gate.ping.call_one().get()
+        return str(raised.value), raised.value.call, gate.ping.call_one().get()
 
-    assert run(main) == "pong"
+    message, call, pong = run(main)
+    assert message.startswith("Actor call gate.fail failed: actor ") and call == "gate.fail"
+    assert pong == "pong"
 
 
 def test_exception_in_an_explicit_port_body_fails_the_actor(run):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -41,3 +42,21 @@ def test_logging_option_checks_its_arguments(run):
         return procs.logging_option(stream_to_client=False).get()
 
     assert run(main) is None
+
+
+def test_logging_option_runs_as_a_coroutine_and_as_a_future(run):
+    """Monarch declares it ``async def``: ``asyncio.run`` and ``create_task`` take what it
+    returns; ``get()``, ``await``, and not waiting at all work as for any future."""
+
+    def main():
+        procs = this_host().spawn_procs({"gpus": 2})
+        ran = asyncio.run(procs.logging_option(stream_to_client=True))
+
+        async def in_a_task():
+            return await asyncio.create_task(procs.logging_option(level=logging.INFO))
+
+        tasked = asyncio.run(in_a_task())
+        procs.logging_option(level=logging.WARNING)  # applies, though nobody waits
+        return ran, tasked, procs.logging_option(level=logging.INFO).get(timeout=30)
+
+    assert run(main) == (None, None, None)

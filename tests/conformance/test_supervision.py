@@ -19,6 +19,7 @@ from danaus import (
     MeshFailure,
     Port,
     PortReceiver,
+    ProcMesh,
     RestartPolicy,
     SupervisionError,
     current_rank,
@@ -279,14 +280,18 @@ def test_grandchild_failure_climbs_two_levels(run):
 
 
 def test_default_hook_exits_the_controller_with_a_report(controller_environment, tmp_path):
+    """...having killed its workers and run the program's ``atexit`` handlers, as a program
+    that ends on an exception would."""
     script = tmp_path / "fail_fast.py"
+    marker = tmp_path / "marker"
     script.write_text(
         f"""
-import sys
+import atexit, sys
 sys.path.insert(0, {str(ROOT)!r})
 from danaus import this_host
 from tests.conformance.test_supervision import Worker
 
+atexit.register(lambda: open({str(marker)!r}, "w").write("finalized"))
 workers = this_host().spawn_procs({{"w": 2}}).spawn("w", Worker)
 workers.slice(w=1).boom.broadcast()
 while True:
@@ -304,6 +309,7 @@ while True:
     assert "unhandled failure" in result.stderr
     assert "mesh 'w' rank w=1" in result.stderr
     assert "ValueError: boom" in result.stderr
+    assert marker.read_text() == "finalized", "the atexit handler ran"
 
 
 def test_restart_one_for_one(run):
@@ -409,6 +415,40 @@ def test_stop_is_not_a_failure(run):
         return True
 
     assert run(main)
+
+
+class Tenant(Actor):
+    """Spawns a mesh of its own on procs it was given (a proc mesh the controller owns)."""
+
+    @endpoint
+    def settle_on(self, procs: ProcMesh) -> int:
+        self.workers = procs.spawn("tenants_workers", Worker)
+        return self.workers.ping.call_one().get(timeout=30)
+
+    @endpoint
+    def call_workers(self) -> str:
+        try:
+            self.workers.ping.call_one().get(timeout=30)
+        except SupervisionError as exc:
+            return type(exc).__name__
+        return "answered"
+
+
+def test_procs_stopped_by_their_owner_read_as_stopped_to_the_owners_of_their_actors(run):
+    """The controller stops a proc mesh on which an actor of another mesh spawned actors of
+    its own: that actor is not told of a failure, and its calls there read as stopped."""
+
+    def main():
+        failures = record_root_failures()
+        tenant = this_host().spawn_procs({"w": 1}).spawn("tenant", Tenant)
+        lent = this_host().spawn_procs({"w": 1})
+        assert tenant.settle_on.call_one(lent).get(timeout=30) == 1
+        lent.stop().get(timeout=30)
+        answer = tenant.call_workers.call_one().get(timeout=30)
+        assert_no_more(failures)
+        return answer
+
+    assert run(main) == "MeshStoppedError"
 
 
 def test_stop_gives_up_on_actors_that_never_finish(run):

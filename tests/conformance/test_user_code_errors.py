@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 
 import pytest
@@ -313,6 +314,16 @@ class Where(Actor):
     def rank(self) -> str:
         return str(current_rank())
 
+    @endpoint
+    def fails(self) -> None:
+        raise ValueError("no")
+
+    @endpoint
+    def exits_at(self, rank: int) -> int:
+        if current_rank().rank == rank:
+            os._exit(4)
+        return rank
+
 
 def test_ranks_and_reports_read_as_monarchs_do(run):
     def main():
@@ -330,6 +341,27 @@ def test_ranks_and_reports_read_as_monarchs_do(run):
     assert first.startswith(f"The actor {raiser} and all its descendants have failed: ")
     assert "raised Fatal" in first
     assert "rank gpus=1" in report.splitlines()[1]
+
+
+def test_errors_name_the_call_the_actor_and_the_rank_as_monarchs_do(run):
+    """An endpoint's error names the call; a lost proc's, the actor by class, mesh and point;
+    a failure's one line, the mesh and the index of the failed rank."""
+
+    def main():
+        failures = record_root_failures()
+        mesh = this_host().spawn_procs({"gpus": 3}).spawn("where", Where)
+        with pytest.raises(ActorError) as raised:
+            mesh.slice(gpus=1).fails.call_one().get(timeout=30)
+        with pytest.raises(SupervisionError) as lost:
+            mesh.exits_at.call(2).get(timeout=30)
+        return str(raised.value), raised.value.call, str(lost.value), str(failures.recv().get(30))
+
+    error, call, lost, failure = run(main)
+    assert error.startswith("Actor call where.fails failed: actor ") and call == "where.fails"
+    assert "raised ValueError: no" in error
+    assert "The actor Where where{'gpus': 2/3} on proc " in lost
+    assert "and all its descendants have failed: " in lost and "Exited(code=4)" in lost
+    assert failure.startswith("MeshFailure(mesh_name=where, crashed_ranks=[2], event=mesh ")
 
 
 def test_calls_on_stopped_or_dead_meshes_raise_supervision_errors(run):

@@ -481,3 +481,61 @@ def test_the_controllers_exit_after_a_lost_host_stops_every_mesh_and_leaves_work
     wait_until(lambda: not any(map(alive, pids)), 30, "every proc of the job to end")
     for survivor in (three[0], three[2]):
         assert survivor.process.poll() is None, "the worker waits for another controller"
+def serve_as_worker(ca: str, address_file: Path, environment: dict[str, str]) -> subprocess.Popen:
+    """A worker started as Monarch programs start theirs: ``run_worker_loop_forever(ca=...)``."""
+    code = (
+        "from danaus import run_worker_loop_forever; "
+        f"run_worker_loop_forever(address='tcp://127.0.0.1:0', ca={ca!r}, "
+        f"address_file={str(address_file)!r}, exit_on_disconnect=True)"
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", code], cwd=ROOT, env=environment, start_new_session=True
+    )
+
+
+def test_trust_all_connections_is_the_key_of_the_user_who_runs_both(
+    controller, tmp_path, monkeypatch
+):
+    """Monarch's ``ca="trust_all_connections"``, with no key in the environment: a worker and
+    a controller of one user share the user's own key (made once, private), and a
+    controller of another key is refused."""
+    config = tmp_path / "config"
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("DANAUS_JOB_KEY")}
+    environment["XDG_CONFIG_HOME"] = str(config)
+    for name in ("DANAUS_JOB_KEY", "DANAUS_JOB_KEY_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
+    address_file = tmp_path / "address"
+    worker = serve_as_worker("trust_all_connections", address_file, environment)
+    try:
+        wait_until(address_file.exists, 60, "the worker to listen")
+        address = address_file.read_text().strip()
+        controller()
+        stranger = danaus.attach_to_workers(workers=[address], key=danaus.make_job_key())
+        with pytest.raises(SupervisionError):
+            stranger.initialized.get(timeout=60)
+        hosts = danaus.attach_to_workers(ca="trust_all_connections", workers=[address])
+        procs = hosts.spawn_procs(per_host={"gpus": 2})
+        assert len(procs.spawn("w", Where).pid.call().get(timeout=60)) == 2
+        hosts.shutdown().get(timeout=60)
+        assert worker.wait(30) == 0
+    finally:
+        worker.kill()
+        worker.wait(30)
+    key_file = config / "danaus" / "job-key"
+    assert key_file.stat().st_mode & 0o777 == 0o600
+
+
+def test_ca_takes_the_jobs_key_and_is_checked(workers, controller, tmp_path):
+    key_file = tmp_path / "job.key"
+    key = danaus.make_job_key(key_file)
+    worker = workers(key)
+    controller()
+    danaus.attach_to_workers(ca=key.encode(), workers=[worker.address]).initialized.get(timeout=60)
+    danaus.shutdown()
+    controller()
+    danaus.attach_to_workers(ca=key_file, workers=[worker.address]).initialized.get(timeout=60)
+    with pytest.raises(TypeError, match="not both"):
+        danaus.attach_to_workers(ca=key_file, key=key, workers=[worker.address])
+    with pytest.raises(ValueError, match="trust_all_connections"):
+        danaus.attach_to_workers(ca="trust_some", workers=[worker.address])

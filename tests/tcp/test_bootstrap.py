@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +22,14 @@ class Environment(Actor):
     @endpoint
     def parent(self) -> int:
         return os.getppid()
+
+    @endpoint
+    def pid(self) -> int:
+        return os.getpid()
+
+    @endpoint
+    def spawn_on_this_host(self) -> Environment:
+        return this_host().spawn_procs().spawn("inner", Environment)
 
 
 def mark_booted() -> None:
@@ -63,6 +73,29 @@ def test_a_wrapper_command_that_execs_the_proc(tcp):
     procs = this_host().spawn_procs(per_host={"gpus": 2}, bootstrap_command=wrapper)
     found = procs.spawn("env", Environment).get.call("WRAPPED").get(timeout=60)
     assert list(found.values()) == [["1"], ["1"]]
+
+
+def wrapper_of_python(folder: Path) -> str:
+    """A script that records its own pid in the environment, then runs this Python on."""
+    script = folder / "python"
+    script.write_text(f'#!/bin/sh\nexport WRAPPER_PID=$$\nexec {sys.executable} "$@"\n')
+    script.chmod(0o700)
+    return str(script)
+
+
+def test_with_python_executable_starts_procs_and_their_procs_with_it(tcp, tmp_path):
+    tcp()
+    hosts = this_host()
+    assert not hosts.is_fake_in_process
+    procs = hosts.with_python_executable(wrapper_of_python(tmp_path)).spawn_procs({"gpus": 2})
+    envs = procs.spawn("env", Environment)
+    wrappers = [value for [value] in envs.get.call("WRAPPER_PID").get(timeout=60).values()]
+    inner = envs.slice(gpus=0).spawn_on_this_host.call_one().get(timeout=60)
+    [inner_wrapper] = inner.get.call_one("WRAPPER_PID").get(timeout=60)
+    assert None not in wrappers and len(set(wrappers)) == 2, "each proc ran the wrapper"
+    assert inner_wrapper is not None and inner_wrapper not in wrappers, "so did the inner proc"
+    plain = this_host().spawn_procs().spawn("env", Environment)
+    assert plain.get.call_one("WRAPPER_PID").get(timeout=60) == [None]
 
 
 def fail_to_boot() -> None:
@@ -114,5 +147,38 @@ def test_the_simulator_runs_bootstraps_and_refuses_commands():
 
     booted, refused = danaus.sim.run(main).value
     os.environ.pop("BOOTED", None)
-    assert booted == [f"pid {os.getpid()}"] * 2
+    assert booted == [booted[0]] * 2, "simulated procs share the controller's environment"
+    assert "bootstrap_command needs a real transport" in refused
+
+
+BOOTED_AS: list[int] = []
+"""The pids the bootstraps of simulated procs saw (simulated procs share this list)."""
+
+
+def note_pid() -> None:
+    BOOTED_AS.append(os.getpid())
+
+
+def test_a_bootstrap_on_the_simulator_runs_as_its_proc():
+    import danaus.sim
+
+    def main() -> list[int]:
+        procs = this_host().spawn_procs(per_host={"gpus": 2}, bootstrap=note_pid)
+        return list(procs.spawn("env", Environment).pid.call().get().values())
+
+    BOOTED_AS.clear()
+    pids = danaus.sim.run(main).value
+    assert pids == BOOTED_AS and len(set(pids)) == 2 and os.getpid() not in pids
+
+
+def test_on_the_simulator_procs_are_in_process_and_have_no_executable_of_their_own():
+    import danaus.sim
+
+    def main() -> tuple[bool, str]:
+        hosts = this_host()
+        wrapped = hosts.with_python_executable(sys.executable).spawn_procs()
+        return hosts.is_fake_in_process, str(wrapped.initialized.exception())
+
+    in_process, refused = danaus.sim.run(main).value
+    assert in_process
     assert "bootstrap_command needs a real transport" in refused

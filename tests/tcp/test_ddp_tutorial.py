@@ -58,7 +58,8 @@ def test_a_failed_rank_is_restarted_from_the_last_checkpoint(tmp_path):
     assert uninterrupted == [(0, 20, attempts[-1][2])]
     assert attempts[-1][2] < 0.5
     assert "[driver] training failed" in out
-    assert "told of: MeshFailure(mesh 'trainers' rank gpus=1" in out and "exit code 1" in out
+    assert "told of: MeshFailure(mesh_name=trainers, crashed_ranks=[1], " in out
+    assert "event=mesh 'trainers' rank gpus=1" in out and "exit code 1" in out
     shown = re.search(r"^attempt: \(10, 20, ([0-9.]+)\)$", PAGE, re.MULTILINE)
     assert "attempt: None" in PAGE and shown is not None
     # The last digits of a float32 loss depend on the CPU's vector instructions.

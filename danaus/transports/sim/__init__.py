@@ -168,7 +168,8 @@ def run(
     """Run ``main`` (sync or async) on a fresh simulated cluster of ``hosts`` hosts.
 
     Inside ``main``, ``this_host()`` is the controller's host and
-    ``danaus.hosts()`` all of them. Every mesh is stopped when ``main`` returns.
+    ``danaus.hosts()`` all of them, and ``asyncio.run`` runs on the simulator's
+    loop. Every mesh is stopped when ``main`` returns.
     ``schedule_seed`` (by default ``$DANAUS_SCHEDULE_SEED``, else 0) picks the
     interleaving of concurrent events to explore; 0 is the default one.
     ``cast_fanout`` is as for ``danaus.configure``; ``max_message_bytes`` (None: no
@@ -176,6 +177,7 @@ def run(
     """
     _check_schedule_seed(schedule_seed)
     fanout = fanout_from(cast_fanout)
+    route_asyncio_run()
     world = SimWorld(
         hosts=hosts,
         seed=seed,

@@ -264,7 +264,7 @@ class SimTransport(Transport):
         await self.network.memory_op(self.proc_id, handle, offset, src, write=True)
 
     def close(self) -> None:
-        self.network.down(self.proc_id, "stopped")
+        self.network.down(self.proc_id, "stopped", stopped=True)
 
 
 class SimNetwork:

@@ -114,7 +114,7 @@ def _run_until(world: SimWorld, done: asyncio.Future[Any], timeout: float | None
         block_on(loop, done, timeout)
 
 
-def _wait_until(world: SimWorld, condition: Callable[[], bool], timeout: float | None) -> bool:
+def wait_until(world: SimWorld, condition: Callable[[], bool], timeout: float | None) -> bool:
     """Run ``world`` until ``condition()`` holds, for at most ``timeout`` virtual seconds."""
     if condition():
         return True
@@ -143,7 +143,7 @@ def _virtual_condition_wait(self: threading.Condition, timeout: float | None = N
     self._waiters.append(waiter)  # type: ignore[attr-defined]
     saved = self._release_save()  # type: ignore[attr-defined]
     try:
-        return _wait_until(world, lambda: not waiter.locked(), timeout)
+        return wait_until(world, lambda: not waiter.locked(), timeout)
     finally:
         self._acquire_restore(saved)  # type: ignore[attr-defined]
         if waiter.locked():

@@ -29,7 +29,7 @@ from danaus.core.serialize import loads
 from danaus.core.trace import Trace
 from danaus.core.transport import ROOT, ActorRunner, Launcher, ProcSpec, World
 from danaus.core.waits import describe_waits
-from danaus.transports.sim import outside_waits
+from danaus.transports.sim import outside_waits, process_end
 from danaus.transports.sim.collector import CollectorTuning
 from danaus.transports.sim.loop import Handle, VirtualTimeLoop
 from danaus.transports.sim.network import LIVE, NetworkModel, SimNetwork
@@ -40,6 +40,10 @@ log = logging.getLogger("danaus.sim")
 
 TRACE_DIR = "DANAUS_TRACE_DIR"
 """The environment variable naming a folder where each simulated world writes its trace."""
+
+FIRST_PID = 2**22 + 1
+"""The pid of the first simulated proc: above Linux's largest (PID_MAX_LIMIT), so that no real
+process has it (`process_end`)."""
 
 SHUTDOWN_TIME = 3 * STOP_TIMEOUT
 """Simulated seconds a shutdown may spend stopping meshes gracefully before it halts them."""
@@ -62,10 +66,12 @@ class SimLauncher(Launcher):
             raise NotImplementedError(why)
         await asyncio.sleep(self.world.network.model.spawn_time)
         for spec in specs:
+            self.world.assign_pid(spec.proc_id)
             if spec.setup is not None:
-                result = loads(spec.setup)()
-                if inspect.isawaitable(result):
-                    await result
+                with process_end.running_as(self.world, spec.proc_id):
+                    result = loads(spec.setup)()
+                    if inspect.isawaitable(result):
+                        await result
             self.world.boot(spec.proc_id, spec.host)
 
     async def stop(self, procs: Sequence[str], timeout: float) -> None:
@@ -141,7 +147,8 @@ class SimWorld(World):
     While the world runs, the global `random` module is seeded with ``seed``, so
     user code that draws from it replays exactly, and the garbage collector
     runs less often (`collector`); both are as they were again after shutdown.
-    Waits outside Danaus on its thread run it on virtual time (`outside_waits`).
+    Waits outside Danaus on its thread run it on virtual time (`outside_waits`), and
+    an actor that ends its own process ends only its proc (`process_end`).
     ``schedule_seed`` (by default ``DANAUS_SCHEDULE_SEED``, else 0) picks the
     interleaving explored (`schedule`); 0 perturbs nothing.
     When ``DANAUS_TRACE_DIR`` is set, the world writes its trace there at shutdown.
@@ -151,6 +158,7 @@ class SimWorld(World):
 
     name = "sim"
     deterministic = True
+    procs_in_process = True
     max_procs_per_host = 1_000_000
 
     def __init__(
@@ -200,6 +208,8 @@ class SimWorld(World):
         self._aborted = False
         self.launcher = SimLauncher(self)
         self.procs: dict[str, Runtime] = {}
+        self._pids: dict[str, int] = {}
+        self._pid_procs: dict[int, str] = {}
         self._tasks: dict[str, weakref.WeakSet[asyncio.Task[Any]]] = {}
         self._cluster_tasks: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
         self.loop.set_task_factory(self._make_task)
@@ -213,6 +223,7 @@ class SimWorld(World):
         self._root = self.boot(ROOT, self._hosts[0])
         self.network.controller_host = self._hosts[0]
         outside_waits.attach(self)
+        process_end.attach(self)
 
     @property
     def root(self) -> Runtime:
@@ -237,9 +248,24 @@ class SimWorld(World):
         agents = {PROC_AGENT: ProcAgent, **(extra or {})}
         runtime.start({key: cls(runtime) for key, cls in agents.items()})
         self.procs[proc] = runtime
+        if proc != ROOT and proc not in self._pids:  # the controller's code sees its own pid
+            self.assign_pid(proc)
         self.network.up(proc)
         self.trace.record(ev.Boot(proc=proc, host=host))
         return runtime
+
+    def assign_pid(self, proc: str) -> None:
+        """Give ``proc`` its pid: the next one, in the order procs start."""
+        pid = FIRST_PID + len(self._pid_procs)
+        self._pids[proc], self._pid_procs[pid] = pid, proc
+
+    def pid_of(self, proc: str) -> int:
+        """The pid that code in simulated proc ``proc`` sees (`process_end`): one of its own."""
+        return self._pids[proc]
+
+    def proc_of_pid(self, pid: int) -> str | None:
+        """The simulated proc whose pid is ``pid``, if one has it."""
+        return self._pid_procs.get(pid)
 
     def halt(self, proc: str) -> None:
         """End proc ``proc`` (its actors were stopped first, or are abandoned)."""
@@ -374,6 +400,7 @@ class SimWorld(World):
             random.setstate(self._global_random)
             self._collector.restore()
             outside_waits.detach(self)
+            process_end.detach(self)
         self._write_trace()
         if close_loop:
             self.loop.close()

@@ -56,13 +56,18 @@ class Lost(msgspec.Struct, tag="lost", array_like=True):
     pid: int | None
     exit_code: int | None
     signal: int | None
+    stopped: bool = False
 
     @classmethod
     def of(cls, loss: ProcLoss) -> Lost:
-        return cls(loss.proc, loss.reason, loss.host, loss.pid, loss.exit_code, loss.signal)
+        return cls(
+            loss.proc, loss.reason, loss.host, loss.pid, loss.exit_code, loss.signal, loss.stopped
+        )
 
     def loss(self) -> ProcLoss:
-        return ProcLoss(self.proc, self.reason, self.host, self.pid, self.exit_code, self.signal)
+        return ProcLoss(
+            self.proc, self.reason, self.host, self.pid, self.exit_code, self.signal, self.stopped
+        )
 
 
 class Unreachable(msgspec.Struct, tag="unreachable", array_like=True):

@@ -16,12 +16,15 @@ never travels.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+import tempfile
 from pathlib import Path
 
 import zmq
 
+from danaus.core.attach import USER_KEY, Key
 from danaus.transports.tcp.security import JobKeys
 
 KEY_ENV = "DANAUS_JOB_KEY"
@@ -81,16 +84,46 @@ def read(path: str | os.PathLike[str]) -> JobKeys:
     return parse(path.read_bytes())
 
 
-def resolve(key: str | bytes | os.PathLike[str] | None) -> JobKeys:
-    """The job's keys: ``key`` (its text, or a path to its file), else from the environment."""
+def user_key_path() -> Path:
+    """Where the user's own key is kept: ``$XDG_CONFIG_HOME/danaus/job-key``, else
+    ``~/.config/danaus/job-key``."""
+    config = os.environ.get("XDG_CONFIG_HOME")
+    return (Path(config) if config else Path.home() / ".config") / "danaus" / "job-key"
+
+
+def user_key() -> JobKeys:
+    """The user's own key (`user_key_path`), made now if there is none yet.
+
+    Made in a private file of the same folder and linked into place, so that
+    processes that ask at once all read one complete key.
+    """
+    path = user_key_path()
+    if not path.exists():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        descriptor, made = tempfile.mkstemp(dir=path.parent, prefix=".job-key-")
+        try:
+            with os.fdopen(descriptor, "w") as out:
+                out.write(generate() + "\n")
+            with contextlib.suppress(FileExistsError):  # another process made it first
+                os.link(made, path)
+        finally:
+            os.unlink(made)
+    return read(path)
+
+
+def resolve(key: Key) -> JobKeys:
+    """The job's keys: ``key`` (its text, or a path to its file), else from the environment;
+    for `USER_KEY`, from the environment, else the user's own (`user_key`)."""
     if isinstance(key, os.PathLike):
         return read(key)
-    if key is not None:
-        return parse(key)
+    if key is not None and key is not USER_KEY:
+        return parse(key)  # type: ignore[arg-type]
     if os.environ.get(KEY_ENV):
         return parse(os.environ[KEY_ENV])
     if os.environ.get(KEY_FILE_ENV):
         return read(os.environ[KEY_FILE_ENV])
+    if key is USER_KEY:
+        return user_key()
     raise ValueError(
         f"no job key: pass key=, or set {KEY_ENV} (the key) or {KEY_FILE_ENV} (a file "
         "holding it); `danaus key --out FILE` makes one"

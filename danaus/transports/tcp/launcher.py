@@ -42,6 +42,7 @@ from typing import IO, TYPE_CHECKING, Protocol, TypeVar
 import psutil
 
 from danaus.core import home_cpu
+from danaus.core.bootstrap import BootstrapCommand
 from danaus.core.logs import LoggingOptions, OutputAggregator
 from danaus.core.transport import Launcher, ProcLoss, ProcSpec
 from danaus.progress import Progress
@@ -79,6 +80,12 @@ class Registry(Protocol):
 def default_argv() -> list[str]:
     """How a proc's process is started unless its `BootstrapCommand` says otherwise."""
     return [sys.executable, "-m", WORKER_MODULE]
+
+
+def default_command() -> BootstrapCommand:
+    """`default_argv` as a `BootstrapCommand`, a base for commands of one's own."""
+    program, *args = default_argv()
+    return BootstrapCommand(program, None, args, {})
 
 
 @dataclass
@@ -449,13 +456,15 @@ class LocalLauncher(Launcher):
             pipe.close()
         for aggregator in self._output.values():
             aggregator.forget(child.spec.proc_id)
+        stopped = child.exited is not None  # it was asked to exit: a stop, not a failure
         loss = ProcLoss(
             child.spec.proc_id,
-            "exited" if code >= 0 else "was killed",
+            "was stopped" if stopped else "exited" if code >= 0 else "was killed",
             host=child.spec.host,
             pid=child.pid,
             exit_code=code if code >= 0 else None,
             signal=-code if code < 0 else None,
+            stopped=stopped,
         )
         self.world.registry.lost(loss)
         tail = "".join(child.stderr_tail)

@@ -16,6 +16,7 @@ it ends.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import contextlib
 import inspect
@@ -34,10 +35,11 @@ import msgspec
 import zmq
 
 from danaus import tracing
-from danaus.core import awake, home_cpu, last_words
+from danaus.core import awake, config, home_cpu, last_words
 from danaus.core.agents import HOST_AGENT, PROC_AGENT, HostAgent, ProcAgent
 from danaus.core.attach import ATTACH_TIMEOUT
 from danaus.core.blocking import ActorThread
+from danaus.core.bootstrap import BootstrapCommand
 from danaus.core.casting import DEFAULT_FANOUT
 from danaus.core.faults import HostControl
 from danaus.core.owned import STOP_TIMEOUT
@@ -52,7 +54,7 @@ from danaus.transports.tcp.directory import Directory
 from danaus.transports.tcp.faults import SignalFaults
 from danaus.transports.tcp.forkserver import preload_from
 from danaus.transports.tcp.ioloop import IoLoop, settler
-from danaus.transports.tcp.launcher import STDOUT, LocalLauncher, Registry
+from danaus.transports.tcp.launcher import STDOUT, LocalLauncher, Registry, default_command
 from danaus.transports.tcp.limits import Limits
 from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.tcp.remote import RemoteRegistry, forward_output
@@ -543,6 +545,9 @@ class TcpWorld(World):
     def hosts(self) -> Sequence[str]:
         return self.job_hosts or [self.host_agent]
 
+    def default_command(self) -> BootstrapCommand:
+        return default_command()
+
     def live_hosts(self) -> list[str]:
         if self.directory is None:
             raise RuntimeError("only the controller knows which hosts are up")
@@ -618,7 +623,15 @@ class TcpWorld(World):
         os._exit(code)
 
     def abort(self, status: int) -> NoReturn:
-        """End the controller at once: kill every worker, then exit with ``status``."""
+        """End the controller: kill every worker, run the program's ``atexit`` handlers, then
+        exit with ``status``.
+
+        Called where a failure reached the root unhandled: the loop's thread,
+        while the program's main thread may be anywhere, so that thread is not
+        unwound. The handlers run on a thread of their own, for at most
+        `EXIT_HANDLERS_TIME` seconds; Danaus's own (a graceful shutdown) has
+        nothing left to do and is skipped.
+        """
         if self.admin_socket is not None:
             self.admin_socket.close()
         for path in self.trace_files:
@@ -627,11 +640,19 @@ class TcpWorld(World):
         if self._loop_thread is not None:
             self._stop_children()
             self._release_attached(1.0)
+        atexit.unregister(config.shutdown)
+        handlers = threading.Thread(target=atexit._run_exitfuncs, name="atexit", daemon=True)
+        handlers.start()
+        handlers.join(EXIT_HANDLERS_TIME)
         with last_words.ending():
             os._exit(status)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.proc_id} at {self.transport.address.control}>"
+
+
+EXIT_HANDLERS_TIME = 5.0
+"""Seconds the program's ``atexit`` handlers may take when the controller aborts."""
 
 
 def _write_output(stream: int, text: str) -> None:
@@ -664,8 +685,6 @@ def worker_main(boot: Bootstrap, parent: int | None = None) -> None:
 
     ``parent`` is a pidfd of the process that launched this one: when it ends, so does this.
     """
-    from danaus.core import config
-
     world_class = config.transport_module(boot.transport).World
     world = world_class.worker(boot)
     if parent is not None:
