@@ -230,7 +230,8 @@ def test_output_and_logs_of_every_host_reach_the_controller_named_by_host_and_ra
             prefix = f"[{host.name} talkers hosts={index} gpus={gpu}]"
             assert f"{prefix} printed\n" in result.stdout
             assert f"{prefix} printed to stderr\n" in result.stderr
-            assert f"{prefix} WARNING talk: logged\n" in result.stderr
+            actor = f"<root>.<{__name__}.Talker talkers{{'hosts': {index}/3, 'gpus': {gpu}/2}}>"
+            assert f"{prefix} WARNING talk: [actor={actor}] logged\n" in result.stderr
 
 
 class Talker(Actor):
