@@ -12,6 +12,12 @@ import pytest
 from danaus.transports.deadlines import within
 
 
+def _run(main: Awaitable[object]) -> object:
+    """Run ``main`` on a real selector loop, whichever transport an earlier test chose."""
+    with asyncio.Runner(loop_factory=asyncio.SelectorEventLoop) as runner:
+        return runner.run(main)
+
+
 async def _answer_after_a_stall(stall: float, deadline: Callable[..., Awaitable[bytes]]) -> bytes:
     """A two-message exchange with a peer, under ``deadline`` (0.5 s), while this loop is
     stalled for ``stall`` seconds (as by another thread holding the interpreter): the peer's
@@ -34,14 +40,14 @@ async def _answer_after_a_stall(stall: float, deadline: Callable[..., Awaitable[
 
 
 def test_a_stall_of_the_waiting_loop_is_not_counted_against_the_peer():
-    assert asyncio.run(_answer_after_a_stall(1.0, within)) == b"12"
+    assert _run(_answer_after_a_stall(1.0, within)) == b"12"
 
 
 def test_a_stall_would_have_ended_a_plain_deadline():
     """The case above, under `asyncio.wait_for`: the stall counts, and the wait fails."""
 
     with pytest.raises(asyncio.TimeoutError):
-        asyncio.run(_answer_after_a_stall(1.0, asyncio.wait_for))
+        _run(_answer_after_a_stall(1.0, asyncio.wait_for))
 
 
 def test_a_peer_that_never_answers_is_given_up_on_after_the_deadline():
@@ -53,7 +59,7 @@ def test_a_peer_that_never_answers_is_given_up_on_after_the_deadline():
         assert never.cancelled()
         return time.monotonic() - start
 
-    assert 0.3 <= asyncio.run(main()) < 10
+    assert 0.3 <= _run(main()) < 10
 
 
 def test_cancelling_the_wait_cancels_what_it_waits_for():
@@ -66,4 +72,4 @@ def test_cancelling_the_wait_cancels_what_it_waits_for():
             await waiting
         return never.cancelled()
 
-    assert asyncio.run(main())
+    assert _run(main())

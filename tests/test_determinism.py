@@ -62,9 +62,9 @@ def test_trace_written_as_json_lines(tmp_path):
 
 
 PINNED = {
-    (7, 0): "aa63337b266fef5ecd0555f1e1fa54f620aae53f611efe340e655e9f3e8c7ea6",
-    (2, 3): "b4bb6e09e5cafa79fb73cf1036acdc5320ee6ca3ae1bc7d7bd2db3f694dd4562",
-    (1, 11): "4bfb6a707b690aef5b8656559c6600db9f523999135320311905a6b3662ed033",
+    (7, 0): "2e8c226275cf851c5b179805745ffa71e3c270625c75cb997e897769a7533c23",
+    (2, 3): "5921ca6fb528f5bf464b27626cad5633c05769d670d2cfb81f1592c866ac9afb",
+    (1, 11): "269620ad9a7fb1a8c430173f686d444e9155fc1eafee2bed048e27f50449095f",
 }
 """Trace digests of the mixed workload on 3 hosts, by (seed, schedule seed).
 
@@ -72,7 +72,9 @@ A change to how the simulator runs (its clock, its event queue, its loop, its
 network model) must leave every trace as it was, byte for byte: these digests
 were taken before the simulator came to own its event queue, and every change
 to its speed since has kept them. A change that means to alter traces (a new
-field in an event, another network model) changes them here, and says why."""
+field in an event, another network model) changes them here, and says why.
+Last changed when a spawn began to carry its creator's name (for actor names
+and log prefixes): the spawn message grew, and with it its simulated transfer time."""
 
 
 @pytest.mark.parametrize(("seed", "schedule_seed"), sorted(PINNED))

@@ -374,7 +374,9 @@ def test_an_unreachable_worker_is_a_lost_host_with_the_reason(controller):
     )
     procs = hosts.spawn_procs(per_host={"gpus": 2})
     actors = procs.spawn("w", Where)
-    with pytest.raises(SupervisionError, match="no answer from the worker"):
+    # Refused at once, as a rule; on a loaded machine the attach timeout may end first.
+    reason = r"(could not connect \(Connection refused|no answer from the worker).*running there"
+    with pytest.raises(SupervisionError, match=reason):
         actors.pid.call().get(timeout=60)
     with pytest.raises(SupervisionError):
         procs.initialized.get(timeout=60)

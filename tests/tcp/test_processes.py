@@ -125,4 +125,5 @@ mesh.stop().get()
     for rank in (0, 1):
         assert f"[talkers gpus={rank}] hello from stdout" in result.stdout
         assert f"[talkers gpus={rank}] to stderr" in result.stderr
-        assert f"[talkers gpus={rank}] WARNING talker: a log record" in result.stderr
+        actor = f"<root>.<__main__.Talker talkers{{'gpus': {rank}/2}}>"
+        assert f"[talkers gpus={rank}] WARNING talker: [actor={actor}] a log record" in result.stderr
