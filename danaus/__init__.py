@@ -16,6 +16,7 @@ import types as _types
 from danaus.core import config as _config
 from danaus.core.actor import Actor, concurrent_endpoint, endpoint
 from danaus.core.actor_logs import settings as config
+from danaus.core.actor_mesh import ActorMesh
 from danaus.core.attach import attach_to_workers
 from danaus.core.bootstrap import BootstrapCommand
 from danaus.core.config import configure, shutdown
@@ -32,7 +33,7 @@ from danaus.core.errors import (
 )
 from danaus.core.future import Future
 from danaus.core.instance import Instance
-from danaus.core.mesh import ActorMesh, HostMesh, ProcMesh, hosts, this_host, this_proc
+from danaus.core.mesh import HostMesh, ProcMesh, hosts, this_host, this_proc
 from danaus.core.ports import Channel, Port, PortReceiver
 from danaus.core.shape import Extent, Point, Shape
 from danaus.core.stopped import LostMember, Stopped

@@ -17,6 +17,7 @@ import sys
 from typing import Any
 
 from danaus.core.actor import Actor, endpoint
+from danaus.core.actor_mesh import placement_of
 from danaus.core.context import context
 from danaus.core.mesh import ProcMesh
 
@@ -41,8 +42,8 @@ class SPMDActor(Actor):
     def __init__(self) -> None:
         instance = context().actor_instance
         procs = instance.proc_mesh
-        shape = procs._shape
-        hosts = [procs.host_of(base)._procs[0] for base in shape.ranks()]
+        shape = placement_of(procs).shape
+        hosts = [placement_of(procs.host_of(base)).procs[0] for base in shape.ranks()]
         self.rank = instance.rank.rank
         mine = hosts[self.rank]
         local = [index for index, host in enumerate(hosts) if host == mine]
@@ -52,7 +53,7 @@ class SPMDActor(Actor):
         self.local_world_size = len(local)
         self.group_rank = order.index(mine)
         self.group_world_size = len(order)
-        self.run_id = procs._mesh_id
+        self.run_id = placement_of(procs).mesh_id
 
     @endpoint
     def torch_env(self, master_addr: str, master_port: int) -> dict[str, str]:
@@ -110,7 +111,7 @@ class SPMDActor(Actor):
         return True
 
     def _setup_env(self, master_addr: str, master_port: int) -> None:
-        if context().actor_instance._runtime.pid is None:
+        if context().actor_instance.runtime.pid is None:
             raise RuntimeError(
                 "the simulator's procs share the controller's process, and so its environment; "
                 "torch.distributed needs procs of their own (transport tcp)"
@@ -121,7 +122,7 @@ class SPMDActor(Actor):
 def _check_master(master_addr: str | None, master_port: int | None) -> None:
     if (master_addr is None) != (master_port is None):
         raise ValueError("give both master_addr and master_port, or neither")
-    if context().actor_instance._runtime.pid is None:
+    if context().actor_instance.runtime.pid is None:
         raise RuntimeError(
             "setup_torch_elastic_env needs procs with processes of their own (transport tcp); "
             "the simulator's procs share one process and one environment"
@@ -133,7 +134,7 @@ def _spawn(proc_mesh: ProcMesh) -> Any:
 
 
 def _first(actors: Any) -> Any:
-    return actors.slice(**dict.fromkeys(actors._shape.labels, 0))
+    return actors.slice(**dict.fromkeys(placement_of(actors).shape.labels, 0))
 
 
 def setup_torch_elastic_env(

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from danaus.core.mesh import agent_of
+from danaus.core.agent_refs import agent_of
 from danaus.core.trace import Event, Trace
 
 if TYPE_CHECKING:

@@ -1,8 +1,10 @@
-"""The package's shape: core knows no transport, and every module imports on its own."""
+"""The package's shape: core knows no transport, its modules import each other without a
+cycle, and every module imports on its own."""
 
 from __future__ import annotations
 
 import ast
+import graphlib
 import importlib.util
 import json
 import os
@@ -44,6 +46,69 @@ def test_the_checker_sees_imports_inside_functions(tmp_path):
     source = tmp_path / "m.py"
     source.write_text("def f():\n    from danaus.transports.tcp import world\n")
     assert "danaus.transports.tcp" in imported_modules(source)
+
+
+def run_time_imports(path: Path) -> set[str]:
+    """The modules a source file imports when it runs: at any depth, functions included, but
+    not under ``if TYPE_CHECKING:`` (imported for type checkers only)."""
+    tree = ast.parse(path.read_text(), str(path))
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for part in node.body
+        for inner in ast.walk(part)
+    }
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module is not None:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def import_graph(folder: Path, package: str) -> dict[str, set[str]]:
+    """For each module of ``folder`` (the package ``package``), the modules of the same
+    folder it imports when it runs."""
+    modules = {f"{package}.{path.stem}": path for path in folder.glob("*.py")}
+    modules.pop(f"{package}.__init__", None)
+    return {
+        name: {other for other in run_time_imports(path) if other in modules and other != name}
+        for name, path in modules.items()
+    }
+
+
+def import_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """Modules that import each other round in a circle (None: there is no such circle)."""
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as error:
+        return list(error.args[1])
+    return None
+
+
+def test_core_has_no_import_cycle():
+    """Each module of core can be read knowing only those it imports: no two modules of
+    core import each other, directly or through others, even from inside a function."""
+    graph = import_graph(PACKAGE / "core", "danaus.core")
+    assert "danaus.core.instance" in graph["danaus.core.runtime"]  # the graph is read
+    assert import_cycle(graph) is None
+
+
+def test_the_cycle_checker_sees_imports_inside_functions_but_not_for_types(tmp_path):
+    (tmp_path / "a.py").write_text("from pkg import b\n")
+    (tmp_path / "b.py").write_text("def f():\n    from pkg.a import g\n")
+    (tmp_path / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import a\n"
+    )
+    graph = import_graph(tmp_path, "pkg")
+    assert graph == {"pkg.a": {"pkg.b"}, "pkg.b": {"pkg.a"}, "pkg.c": set()}
+    assert sorted(set(import_cycle(graph) or ())) == ["pkg.a", "pkg.b"]
+    assert import_cycle({**graph, "pkg.b": set()}) is None
 
 
 def all_modules() -> list[str]:

@@ -62,9 +62,9 @@ def test_trace_written_as_json_lines(tmp_path):
 
 
 PINNED = {
-    (7, 0): "2e8c226275cf851c5b179805745ffa71e3c270625c75cb997e897769a7533c23",
-    (2, 3): "5921ca6fb528f5bf464b27626cad5633c05769d670d2cfb81f1592c866ac9afb",
-    (1, 11): "269620ad9a7fb1a8c430173f686d444e9155fc1eafee2bed048e27f50449095f",
+    (7, 0): "bf3a8b845a958be93dbff05a387fcbe047cd365b037fccd4a08d1f5d393a1c97",
+    (2, 3): "cc433ca880a1773d9d4e48a85c428958e3e36df05eb1456925c4ba004792c280",
+    (1, 11): "7e69880599d0f296220342ddc7f8122f07426b6f1119705b4d5605900695d05c",
 }
 """Trace digests of the mixed workload on 3 hosts, by (seed, schedule seed).
 

@@ -20,7 +20,7 @@ import pytest
 import danaus
 import danaus.sim
 from danaus.core import config
-from danaus.core.runtime import cancel_leftover_tasks
+from danaus.core.blocking import cancel_leftover_tasks
 from danaus.transports.sim.loop import (
     SimulationStalled,
     SimulationTimeLimit,

@@ -21,7 +21,7 @@ from danaus.admin import protocol, stacks
 from danaus.admin.logs import LogBook
 from danaus.admin.probes import proc_view
 from danaus.admin.views import EndedView, FailureView, JobView, ProcView, TraceView
-from danaus.core.mesh import agent_of
+from danaus.core.agent_refs import agent_of
 from danaus.debug.sessions import NoSession, Sessions
 from danaus.tracing import gather_events
 

@@ -22,13 +22,13 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from danaus.core import trace as ev
 from danaus.core.actor import Actor, endpoints_of
+from danaus.core.agent_refs import agent_of
 from danaus.core.endpoint import Endpoint
 from danaus.core.errors import MeshStoppedError, SupervisionError
-from danaus.core.mesh import ActorMesh, agent_of
+from danaus.core.placement import Placement
 from danaus.core.runtime import Runtime
 from danaus.core.shape import Shape
 
@@ -221,11 +221,9 @@ async def survivors(procs: Iterable[str], timeout: float) -> list[Violation]:
             found.append(Violation("survivors", f"proc {proc} did not answer within {timeout} s"))
             continue
         for mesh_id, name, rank in actors:
-            ref: ActorMesh[Any] = ActorMesh(
-                mesh_id, name, {"__initialized__": probe_spec}, (proc,), Shape.unity()
-            )
+            member = Placement(mesh_id, name, (proc,), Shape.unity())
             try:
-                await asyncio.wait_for(Endpoint(ref, probe_spec).call_one(), timeout)
+                await asyncio.wait_for(Endpoint(member, probe_spec).call_one(), timeout)
             except (SupervisionError, MeshStoppedError):
                 continue
             except asyncio.TimeoutError:

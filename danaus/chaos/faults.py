@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from danaus.core.actor_mesh import placement_of
 from danaus.core.config import current_world
 
 
 def _procs(mesh: Any) -> list[str]:
-    return list(dict.fromkeys(proc for proc, _ in mesh._targets()))
+    return list(dict.fromkeys(proc for proc, _ in placement_of(mesh).targets()))
 
 
 def _apply(fault: Callable[[str], object], procs: list[str]) -> list[str]:

@@ -113,9 +113,7 @@ class EndpointSpec:
         if self._signature is None:
             sig = inspect.Signature(
                 [
-                    inspect.Parameter(
-                        name, inspect._ParameterKind(kind), default=_DEFAULT if has else _NO_DEFAULT
-                    )
+                    inspect.Parameter(name, kind, default=_DEFAULT if has else _NO_DEFAULT)
                     for name, kind, has in self.params
                 ]
             )

@@ -1,9 +1,10 @@
 """System actors: the agent every proc runs, and the agent every host runs.
 
-They are ordinary actors with well-known keys, so spawning actors and procs
-travels as ordinary messages, in order, over any transport. Endpoints that may
-wait a long time answer through an explicit port from a task of their own, so
-the agent keeps taking messages meanwhile (a stop may need a spawn to finish).
+They are ordinary actors with well-known keys (`danaus.core.agent_refs`, which
+is also how other code messages them), so spawning actors and procs travels as
+ordinary messages, in order, over any transport. Endpoints that may wait a long
+time answer through an explicit port from a task of their own, so the agent
+keeps taking messages meanwhile (a stop may need a spawn to finish).
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from danaus.core.actor import Actor, endpoint
 from danaus.core.bootstrap import BootstrapCommand
-from danaus.core.context import current_rank, reset_context, set_context
-from danaus.core.instance import Instance, SpawnOrder
+from danaus.core.context import current_rank
 from danaus.core.logs import LoggingOptions
 from danaus.core.ports import Port
 from danaus.core.serialize import Buffer
@@ -25,14 +25,16 @@ from danaus.core.trace import Event
 from danaus.core.transport import ProcSpec
 
 if TYPE_CHECKING:
-    from danaus.core.mesh import ActorMesh
+    from danaus.core.actor_mesh import ActorMesh
     from danaus.core.runtime import Runtime
+    from danaus.core.spawn_order import SpawnOrder
     from danaus.core.undeliverable import UndeliverableMessageEnvelope
 
 log = logging.getLogger("danaus.agents")
 
-PROC_AGENT = "agent"
-HOST_AGENT = "host"
+AgentOf = Callable[[str], "ActorMesh[Any]"]
+"""The agent of a proc, as a mesh of one to message (`danaus.core.agent_refs.agent_of`)."""
+
 TRACE_TIMEOUT = 5.0
 """How long a proc about to stop may take to hand over its trace."""
 
@@ -57,17 +59,16 @@ class _Agent(Actor):
 
 
 class ProcAgent(_Agent):
-    """Spawns and stops actors on its proc; the root proc's also finds the job's controllers."""
+    """Spawns and stops actors on its proc, and runs what tools ask of it (`probe`)."""
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
-        self._controllers: ActorMesh[Any] | None = None
 
     @endpoint
     async def spawn(self, order: SpawnOrder) -> None:
         """Host a member of an actor mesh (at this agent's position in the cast, by default)."""
         rank = order.rank if order.rank is not None else current_rank()
-        Instance.spawn(self._runtime, order, rank)
+        self._runtime.spawn(order, rank)
 
     @endpoint(explicit_response_port=True)
     async def stop_actor(self, port: Port[None], mesh_id: str, timeout: float) -> None:
@@ -89,39 +90,6 @@ class ProcAgent(_Agent):
         if self._runtime.pid is not None:
             logging.getLogger().setLevel(level)
 
-    @endpoint(explicit_response_port=True)
-    async def get_or_spawn_controller(
-        self,
-        port: Port[Any],
-        name: str,
-        cls: type[Actor],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> None:
-        """The job's controller ``name`` (see `get_or_spawn_controller`; root proc only)."""
-        found = self._registry().get_or_spawn.call_one(name, cls, args, kwargs)
-        _answer_later(self._runtime, port, lambda: found)
-
-    def _registry(self) -> ActorMesh[Any]:
-        """The controller registry, spawned by the controller's code on first use.
-
-        It goes first in the controller's list of meshes, so it stops last.
-        """
-        if self._controllers is None:
-            from danaus.core.controllers import ControllerRegistry
-            from danaus.core.mesh import this_proc
-
-            client = self._runtime.client
-            token = set_context(client.context)
-            try:
-                self._controllers = this_proc().spawn("controllers", ControllerRegistry)
-            finally:
-                reset_context(token)
-            owned = self._controllers._owned
-            client.owned.remove(owned)
-            client.owned.insert(0, owned)
-        return self._controllers
-
     @endpoint
     async def actors(self) -> list[tuple[str, str, int]]:
         """The running user actors here: (mesh id, mesh name, rank)."""
@@ -136,9 +104,10 @@ class ProcAgent(_Agent):
     async def probe(self, port: Port[Any], fn: Callable[[Runtime], Any]) -> None:
         """Answer with ``fn(runtime)`` run here (awaited if it is awaitable).
 
-        How tools read a proc's state (`danaus top`) or wait on the controller
-        (the debugger) without an endpoint each. It runs nothing a member of the
-        job could not run already, by spawning an actor.
+        How tools read a proc's state (`danaus top`), wait on the controller
+        (the debugger) and find the job's controllers (`get_or_spawn_controller`,
+        on the root proc) without an endpoint each. It runs nothing a member of
+        the job could not run already, by spawning an actor.
         """
 
         async def run() -> Any:
@@ -149,10 +118,15 @@ class ProcAgent(_Agent):
 
 
 class HostAgent(_Agent):
-    """Starts and stops procs on its host through the world's launcher."""
+    """Starts and stops procs on its host through the world's launcher.
 
-    def __init__(self, runtime: Runtime) -> None:
+    ``agent_of`` reaches the agents of the procs it stops, for their traces
+    (given, not imported: addressing an agent needs this module's classes).
+    """
+
+    def __init__(self, runtime: Runtime, agent_of: AgentOf) -> None:
         self._runtime = runtime
+        self._agent_of = agent_of
         self._launched: dict[str, list[str]] = {}
 
     @endpoint(explicit_response_port=True)
@@ -189,7 +163,7 @@ class HostAgent(_Agent):
 
         async def stop() -> None:
             if runtime.trace.enabled:
-                await keep_traces(runtime, procs)
+                await keep_traces(runtime, procs, self._agent_of)
             await runtime.world.launcher.stop(procs, timeout)
 
         _answer_later(runtime, port, stop)
@@ -200,10 +174,8 @@ class HostAgent(_Agent):
         self._runtime.world.launcher.set_output(procs, options)
 
 
-async def keep_traces(runtime: Runtime, procs: Sequence[str]) -> None:
+async def keep_traces(runtime: Runtime, procs: Sequence[str], agent_of: AgentOf) -> None:
     """Add the trace of each of ``procs`` (about to stop) to ``runtime``'s, so none is lost."""
-    from danaus.core.mesh import agent_of
-
     world = runtime.world
     live = set(world.faults.workers(runtime.proc_id))  # the procs this host agent started
 

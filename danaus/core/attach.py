@@ -15,8 +15,6 @@ from collections.abc import Sequence
 
 from danaus.core.context import context
 from danaus.core.mesh import HostMesh
-from danaus.core.owned import OwnedMesh
-from danaus.core.shape import Extent, Shape
 
 ATTACH_TIMEOUT = 60.0
 """Seconds a worker may take to accept this controller (it may still be finishing another)."""
@@ -107,7 +105,5 @@ def attach_to_workers(
         raise ValueError(f"timeout must be positive, not {timeout!r}")
     key = key_of(key, ca)
     owner = context().actor_instance
-    agents = owner._runtime.world.attach(workers, key, timeout)
-    owned = OwnedMesh(name or "hosts", HostMesh._kind, owner)
-    mesh = HostMesh(agents, Shape.from_extent(Extent(["hosts"], [len(agents)])), owned)
-    return mesh._own(owned)
+    agents = owner.runtime.world.attach(workers, key, timeout)
+    return HostMesh.attached(owner, agents, name or "hosts")

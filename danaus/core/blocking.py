@@ -157,15 +157,21 @@ class ThreadWaitable(asyncio.Future):  # type: ignore[type-arg]
             if self.done():
                 return self.result()
             self._sleepers.append(sleeper)
-        if not home_cpu.wait_at_home(
-            awake.acquire, sleeper, -1 if timeout is None else timeout
-        ):
+        if not home_cpu.wait_at_home(awake.acquire, sleeper, -1 if timeout is None else timeout):
             with self._sleepers_lock:
                 if sleeper in self._sleepers:
                     self._sleepers.remove(sleeper)
             if not self.done():
                 raise _timed_out(timeout)
         return self.result()
+
+
+async def cancel_leftover_tasks() -> None:
+    """Cancel every other task of the running loop and wait for them (the end of a shutdown)."""
+    leftover = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in leftover:
+        task.cancel()
+    await asyncio.gather(*leftover, return_exceptions=True)
 
 
 def discard_outcome(afut: asyncio.Future[Any]) -> None:
@@ -252,8 +258,6 @@ class ActorThread(ActorRunner):
         self._thread.start()
 
     def _run(self) -> None:
-        from danaus.core.runtime import cancel_leftover_tasks
-
         home_cpu.free_thread()
         asyncio.set_event_loop(self.loop)
         try:

@@ -31,11 +31,12 @@ procs than the one before, so forwarding ends.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import threading
-from collections.abc import Sequence, Set
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence, Set
+from typing import TYPE_CHECKING, Any, Protocol
 
 from msgspec.structs import replace
 
@@ -45,7 +46,8 @@ from danaus.core.wire import MAX_ACKS, MAX_FANOUT, Ack, Call, Cast, encode
 
 if TYPE_CHECKING:
     from danaus.core.ports import ReplyHandler
-    from danaus.core.runtime import Runtime
+    from danaus.core.trace import Trace
+    from danaus.core.transport import ProcLoss
 
 DEFAULT_FANOUT = 8
 FANOUT_VARIABLE = "DANAUS_CAST_FANOUT"
@@ -177,6 +179,35 @@ class _Relay:
         """Hops not yet acknowledged, plus one while it is being sent."""
 
 
+class Sender(Protocol):
+    def send(self, dest: str, frames: Sequence[Buffer]) -> None: ...
+
+
+class RelayingProc(Protocol):
+    """What relaying casts needs of its proc's runtime."""
+
+    @property
+    def proc_id(self) -> str: ...
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def trace(self) -> Trace: ...
+
+    @property
+    def transport(self) -> Sender: ...
+
+    @property
+    def lost_procs(self) -> Mapping[str, ProcLoss]: ...
+
+    def is_lost(self, proc: str) -> bool: ...
+
+    def watch(self, proc: str) -> None: ...
+
+    def on_loop(self, fn: Callable[..., Any], *args: Any) -> None: ...
+
+
 class Relays:
     """The calls a proc sends along trees or passes on, and those it keeps.
 
@@ -186,7 +217,7 @@ class Relays:
 
     __slots__ = ("_acks_due", "_by_child", "_hops", "_lock", "_runtime", "_unacked")
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: RelayingProc) -> None:
         self._runtime = runtime
         self._lock = threading.Lock()
         self._hops = itertools.count()

@@ -1,23 +1,32 @@
 """Controllers: actors of which the whole job has one per name (`get_or_spawn_controller`).
 
 Every controller lives in the controller's process (the root proc), spawned
-by one registry actor there, which the root proc's agent starts on first use.
-Code anywhere (the controller's main code or any actor on any proc) asks the
-root proc's agent, so two requests for one name, from wherever and however
-close together, get the same actor.
+by one registry actor there, which the controller's code owns and stops last.
+Code anywhere (the controller's main code or any actor on any proc) asks
+through the root proc's agent (`ProcAgent.probe`), which takes one request at a
+time: two requests for one name, from wherever and however close together,
+get the same actor, and the registry is spawned once.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-from typing import Any, TypeVar
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from danaus.core.actor import Actor, endpoint
+from danaus.core.actor_mesh import ActorMesh
+from danaus.core.agent_refs import agent_of
+from danaus.core.context import reset_context, set_context
 from danaus.core.future import Future
-from danaus.core.mesh import ActorMesh, agent_of, this_proc
-from danaus.core.supervision import MeshFailure
+from danaus.core.mesh import this_proc
+from danaus.core.supervision import MeshFailure, class_path
 from danaus.core.transport import ROOT
+
+if TYPE_CHECKING:
+    from danaus.core.owned import OwnedMesh
+    from danaus.core.runtime import Runtime
 
 log = logging.getLogger("danaus.controllers")
 
@@ -40,7 +49,33 @@ def get_or_spawn_controller(name: str, Class: type[T], *args: Any, **kwargs: Any
         inspect.signature(Class).bind(*args, **kwargs)
     except TypeError as exc:
         raise TypeError(f"{Class.__qualname__}(): {exc}") from None
-    return agent_of(ROOT).get_or_spawn_controller.call_one(name, Class, args, kwargs)
+    ask = partial(_ask_registry, name, Class, args, kwargs)
+    return agent_of(ROOT).probe.call_one(ask)  # type: ignore[no-any-return]
+
+
+def _ask_registry(
+    name: str, cls: type[Actor], args: tuple[Any, ...], kwargs: dict[str, Any], runtime: Runtime
+) -> Future[ActorMesh[Any]]:
+    """On the root proc: the registry's answer for ``name``."""
+    return _registry(runtime).get_or_spawn.call_one(name, cls, args, kwargs)
+
+
+def _registry(runtime: Runtime) -> ActorMesh[Any]:
+    """The controller registry: the controller's code spawns it on first use, and stops it
+    after every other mesh it owns."""
+    client = runtime.client
+    found = _registry_view(client.owned)
+    if found is None:
+        token = set_context(client.context)
+        try:
+            this_proc().spawn("controllers", ControllerRegistry)
+        finally:
+            reset_context(token)
+        found = _registry_view(client.owned)
+        assert found is not None
+        client.stop_last(found)
+    assert isinstance(found.mesh, ActorMesh)
+    return found.mesh
 
 
 class ControllerRegistry(Actor):
@@ -48,8 +83,6 @@ class ControllerRegistry(Actor):
 
     def __init__(self) -> None:
         self._controllers: dict[str, ActorMesh[Any] | MeshFailure] = {}
-        self._names: dict[str, str] = {}
-        """Controller name by mesh id."""
 
     @endpoint
     def get_or_spawn(
@@ -58,17 +91,24 @@ class ControllerRegistry(Actor):
         found = self._controllers.get(name)
         if found is None:
             found = self._controllers[name] = this_proc().spawn(name, cls, *args, **kwargs)
-            self._names[found._mesh_id] = name
         if isinstance(found, MeshFailure):
             raise ValueError(f"controller {name!r} has failed: {found}")
         return found
 
     def __supervise__(self, failure: MeshFailure) -> bool:
         """A controller failed: remember it (asking for it again raises) and go no further."""
-        name = self._names.get(failure.mesh_id)
-        if name is None:
+        name = failure.mesh_name  # each controller is a mesh named after it
+        if name not in self._controllers:
             return False
         if not isinstance(self._controllers.get(name), MeshFailure):
             log.warning("controller %r failed: %s", name, failure.report())
             self._controllers[name] = failure
         return True
+
+
+_REGISTRY_CLASS = class_path(ControllerRegistry)
+
+
+def _registry_view(owned: list[OwnedMesh]) -> OwnedMesh | None:
+    """The view of the controller registry among the meshes the controller's code owns."""
+    return next((o for o in owned if o.actor_class == _REGISTRY_CLASS), None)

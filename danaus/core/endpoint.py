@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, TypeVar, ove
 
 from danaus.core.context import context
 from danaus.core.future import Future, new_future
+from danaus.core.placement import Placement
 from danaus.core.ports import (
     FirstHandler,
     FoldHandler,
@@ -31,7 +32,6 @@ from danaus.core.wire import PLAIN_PORT, PLAIN_RETURNS, PortRef
 if TYPE_CHECKING:
     from danaus.core.actor import EndpointSpec
     from danaus.core.instance import Instance
-    from danaus.core.mesh import ActorMesh
     from danaus.core.runtime import Runtime
 
 P = ParamSpec("P")
@@ -52,8 +52,8 @@ class Endpoint(Generic[P, R]):
     answer with its return type ``R``.
     """
 
-    def __init__(self, mesh: ActorMesh, spec: EndpointSpec, plain: int = 0) -> None:
-        self._mesh = mesh
+    def __init__(self, at: Placement, spec: EndpointSpec, plain: int = 0) -> None:
+        self._at = at
         self._spec = spec
         self._plain = plain
 
@@ -64,11 +64,11 @@ class Endpoint(Generic[P, R]):
     def _prepare(
         self, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[Runtime, Instance, list[Buffer]]:
-        self._mesh._check_usable(self._spec.name)
+        self._at.check_usable(self._spec.name)
         self._spec.check(args, kwargs)
         payload = dumps((args, kwargs), f"an argument of {self._spec.owner}.{self._spec.name}()")
         sender = context().actor_instance
-        runtime = sender._runtime
+        runtime = sender.runtime
         runtime.check_size(payload, "a call of %s.%s()", self._spec.owner, self._spec.name)
         return runtime, sender, payload
 
@@ -83,28 +83,36 @@ class Endpoint(Generic[P, R]):
     ) -> Any:
         """Send to the mesh (or one chosen actor); ``expect`` makes the reply handler and result."""
         runtime, sender, payload = self._prepare(args, kwargs)
-        shape = self._mesh._shape
-        targets = self._mesh._targets()
+        at = self._at
+        shape = at.shape
+        targets = at.targets()
         if choose:
-            index = sender.choose_index(self._mesh._mesh_id, len(targets))
+            index = sender.choose_index(at.mesh_id, len(targets))
             shape = shape.slice(**_coords_of(shape, index))
             targets = [(targets[index][0], 0)]
         result = handler = None
         if expect is not None:
             handler, result = expect([proc for proc, _ in targets], runtime.loop)
-            handler.caller, handler.actor, handler.method = sender, self._mesh._mesh_id, self.name
-            handler.mesh_name, handler.actor_class = self._mesh.name, self._spec.owner
+            handler.caller, handler.actor, handler.method = sender, at.mesh_id, self.name
+            handler.mesh_name, handler.actor_class = at.name, self._spec.owner
             handler.shape = shape
             reply = runtime.open_port(handler)
-        mesh_id, method = self._mesh._mesh_id, self._spec.name
         runtime.send_call(
-            sender, targets, mesh_id, method, shape, payload, reply, self._plain, handler
+            sender,
+            targets,
+            at.mesh_id,
+            self._spec.name,
+            shape,
+            payload,
+            reply,
+            self._plain,
+            handler,
         )
         return result
 
     def call(self, *args: P.args, **kwargs: P.kwargs) -> Future[ValueMesh[R]]:
         """Call every actor of the mesh; a future of their answers as a `ValueMesh`."""
-        shape = self._mesh._shape
+        shape = self._at.shape
 
         def gather(
             procs: list[str], loop: asyncio.AbstractEventLoop
@@ -116,10 +124,11 @@ class Endpoint(Generic[P, R]):
 
     def call_one(self, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         """Call the single actor of a mesh of exactly one actor."""
-        if len(self._mesh) != 1:
+        shape = self._at.shape
+        if len(shape) != 1:
             raise ValueError(
-                f"call_one needs a mesh of exactly one actor; this one has {len(self._mesh)} "
-                f"({self._mesh.sizes}); slice it first or use call()"
+                f"call_one needs a mesh of exactly one actor; this one has {len(shape)} "
+                f"({dict(shape.extent)}); slice it first or use call()"
             )
         return self._cast(args, kwargs, _first)
 
@@ -140,21 +149,6 @@ class Endpoint(Generic[P, R]):
         """Send to every actor without waiting. An exception in the endpoint fails the actor."""
         self._cast(args, kwargs)
 
-    def _fold(
-        self,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        identity: A,
-        combine: Callable[[A, R], A],
-    ) -> Future[A]:
-        def fold(
-            procs: list[str], loop: asyncio.AbstractEventLoop
-        ) -> tuple[ReplyHandler, Future[Any]]:
-            afut, future = new_future(loop)
-            return FoldHandler(procs, afut, identity, combine), future
-
-        return self._cast(args, kwargs, fold)
-
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Inside the actor, ``self.train(...)`` is the method itself; a mesh's endpoint is
         called through an adverb."""
@@ -163,17 +157,8 @@ class Endpoint(Generic[P, R]):
             f"mesh.{self.name}.call(...), or call_one, choose, stream, broadcast"
         )
 
-    def _outcomes(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Future[list[Any]]:
-        """Call every actor; a future of each one's answer, or exception, in rank order."""
-
-        def each(procs: list[str], loop: asyncio.AbstractEventLoop) -> tuple[ReplyHandler, Any]:
-            afut, future = new_future(loop)
-            return OutcomesHandler(procs, afut), future
-
-        return self._cast(args, kwargs, each)
-
     def __repr__(self) -> str:
-        return f"<Endpoint {self._spec.owner}.{self._spec.name} of {self._mesh!r}>"
+        return f"<Endpoint {self._spec.owner}.{self._spec.name} of {_mesh_repr(self._at)}>"
 
 
 class NotAnEndpoint:
@@ -182,8 +167,8 @@ class NotAnEndpoint:
     It cannot be called directly; `as_endpoint` makes an `Endpoint` of it.
     """
 
-    def __init__(self, mesh: ActorMesh, spec: EndpointSpec) -> None:
-        self._mesh = mesh
+    def __init__(self, at: Placement, spec: EndpointSpec) -> None:
+        self._at = at
         self._spec = spec
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -204,7 +189,7 @@ class NotAnEndpoint:
             raise AttributeError(name)
 
     def __repr__(self) -> str:
-        return f"<method {self._spec.owner}.{self._spec.name} of {self._mesh!r}>"
+        return f"<method {self._spec.owner}.{self._spec.name} of {_mesh_repr(self._at)}>"
 
 
 @overload
@@ -257,7 +242,53 @@ def as_endpoint(
             spec, params=spec.params[1:], explicit_response_port=True, _signature=None
         )
     kind = PLAIN_PORT if explicit_response_port else PLAIN_RETURNS
-    return Endpoint(not_an_endpoint._mesh, spec, kind)
+    return Endpoint(not_an_endpoint._at, spec, kind)
+
+
+def fold(
+    endpoint: Endpoint[..., R],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    identity: A,
+    combine: Callable[[A, R], A],
+) -> Future[A]:
+    """Call every actor of ``endpoint``'s mesh; a future of their answers folded into one
+    value with ``combine``, from ``identity``, as they arrive (or of the first error)."""
+
+    def folding(procs: list[str], loop: asyncio.AbstractEventLoop) -> tuple[ReplyHandler, Any]:
+        afut, future = new_future(loop)
+        return FoldHandler(procs, afut, identity, combine), future
+
+    return endpoint._cast(args, kwargs, folding)
+
+
+def all_answered(
+    endpoint: Endpoint[..., Any], args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+) -> Future[None]:
+    """Call every actor of ``endpoint``'s mesh; a future that settles once all have
+    answered (or with the first error)."""
+    return fold(endpoint, args, kwargs or {}, None, _ignore)
+
+
+def _ignore(acc: None, value: Any) -> None:
+    return None
+
+
+def outcomes(
+    endpoint: Endpoint[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Future[list[Any]]:
+    """Call every actor of ``endpoint``'s mesh; a future of each one's answer, or exception,
+    in rank order, once every actor answered or was lost."""
+
+    def each(procs: list[str], loop: asyncio.AbstractEventLoop) -> tuple[ReplyHandler, Any]:
+        afut, future = new_future(loop)
+        return OutcomesHandler(procs, afut), future
+
+    return endpoint._cast(args, kwargs, each)
+
+
+def _mesh_repr(at: Placement) -> str:
+    return f"<ActorMesh {at.name} {dict(at.shape.extent)}>"
 
 
 def _first(procs: list[str], loop: asyncio.AbstractEventLoop) -> tuple[ReplyHandler, Future[Any]]:
@@ -282,7 +313,7 @@ class Accumulator(Generic[R, A]):
 
     def accumulate(self, *args: Any, **kwargs: Any) -> Future[A]:
         """Call the endpoint on every actor and fold the answers as they arrive."""
-        return self._endpoint._fold(args, kwargs, self._identity, self._combine)
+        return fold(self._endpoint, args, kwargs, self._identity, self._combine)
 
 
 def send(
@@ -296,5 +327,5 @@ def send(
     if selection not in ("all", "choose"):
         raise ValueError(f"selection must be 'all' or 'choose', not {selection!r}")
     endpoint._cast(
-        args, kwargs, choose=selection == "choose", reply=port._ref if port is not None else None
+        args, kwargs, choose=selection == "choose", reply=port.ref if port is not None else None
     )

@@ -8,7 +8,7 @@ import contextlib
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from danaus.core.blocking import ThreadWaitable, block_on
+from danaus.core.blocking import ThreadWaitable, block_on, discard_outcome
 
 R = TypeVar("R")
 
@@ -29,6 +29,12 @@ def new_future(loop: asyncio.AbstractEventLoop) -> tuple[asyncio.Future[Any], Fu
     """A pending asyncio future of ``loop``, and the `Future` of it that threads wait on."""
     afut = ThreadWaitable(loop)
     return afut, Future(loop, afut)
+
+
+def no_news_if_unread(future: Future[Any]) -> None:
+    """Have asyncio not log ``future``'s error if nobody reads it: one reported another way
+    (call it on the thread of the future's loop)."""
+    future._afut.add_done_callback(discard_outcome)
 
 
 class Future(Generic[R]):

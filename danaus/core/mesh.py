@@ -1,9 +1,9 @@
-"""HostMesh, ProcMesh and ActorMesh: named multidimensional groups of hosts, procs and actors.
+"""HostMesh and ProcMesh: named multidimensional groups of hosts and of procs.
 
-A mesh object is a reference: it pickles into any message, and code holding it
-anywhere can message it. The mesh that `spawn`/`spawn_procs` returned to its
-owner also carries the owner's view of it, an `OwnedMesh` (stopped, failed
-members, members replaced by restarts), which slices of it share.
+Spawning procs and actors, and stopping them, are messages to the system
+actors (`danaus.core.agent_refs`). The mesh ``spawn``/``spawn_procs`` returns
+carries its owner's view (`OwnedMesh`), which this module makes, with the way
+the members of each kind of mesh are stopped.
 """
 
 from __future__ import annotations
@@ -11,94 +11,38 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from danaus.core.actor import Actor, EndpointSpec, endpoints_of
-from danaus.core.blocking import discard_outcome
+from danaus.core.actor import Actor, endpoints_of
+from danaus.core.actor_mesh import RESERVED, ActorMesh, Mesh
+from danaus.core.agent_refs import host_agents, proc_agents
 from danaus.core.bootstrap import CommandChoice, commands_for, inherited_python, with_python
+from danaus.core.config import current_world
 from danaus.core.context import context
-from danaus.core.endpoint import Endpoint, NotAnEndpoint
-from danaus.core.future import CoroutineFuture, Future
-from danaus.core.instance import InstanceKind, SpawnOrder
+from danaus.core.endpoint import all_answered, outcomes
+from danaus.core.future import CoroutineFuture, Future, no_news_if_unread
 from danaus.core.logs import LoggingOptions
 from danaus.core.names import NumberedNames
 from danaus.core.owned import STOP_TIMEOUT, OwnedMesh
+from danaus.core.placement import Placement
 from danaus.core.serialize import dumps
-from danaus.core.shape import Extent, MeshTrait, Shape
+from danaus.core.shape import Extent, Shape
+from danaus.core.spawn_order import SpawnOrder
 from danaus.core.stopped import LostMember, Outcomes, Stopped, skipped
-from danaus.core.suggest import close_names
 from danaus.core.supervision import RestartPolicy, class_path
 
 if TYPE_CHECKING:
     from danaus.core.instance import Instance
 
 T = TypeVar("T", bound=Actor)
+M = TypeVar("M", bound=Mesh)
 
 
 def _caller() -> Instance:
     return context().actor_instance
 
 
-class _Mesh(MeshTrait):
-    """What host, proc and actor meshes share: members on procs, a shape, an owner's view."""
-
-    _procs: Sequence[str]
-    _owned: OwnedMesh | None
-    _mesh_id: str
-    _kind = "mesh"
-
-    def _members(self) -> Sequence[str]:
-        """The procs of the members, by position in the base list (after any restarts)."""
-        return self._owned.members(self._procs) if self._owned is not None else self._procs
-
-    def _targets(self) -> list[tuple[str, int]]:
-        procs = self._members()
-        return [(procs[rank], index) for index, rank in enumerate(self._shape.ranks())]
-
-    def _check_usable(self, endpoint: str | None = None) -> None:
-        if self._owned is not None:
-            self._owned.check_usable(self._shape, endpoint)
-
-    async def __aenter__(self) -> Any:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
-
-    def stop(self, timeout: float = STOP_TIMEOUT) -> Future[Stopped]:
-        """Stop the whole mesh (all of it, even when called on a slice).
-
-        Members take no new messages, finish the queued ones, stop the meshes
-        they own, then run ``__cleanup__``; after ``timeout`` seconds the rest are
-        abandoned (and procs killed). Stopping is not a failure: members lost
-        before or during the stop are skipped, and the future's `Stopped` names
-        them.
-        """
-        owner = _caller()
-        owned = self._owner_view()
-        if not owned.end():
-            return owner._runtime.done(Stopped())
-        return owner._runtime.submit(owned.mesh._stop_members(timeout))
-
-    async def _stop_members(self, timeout: float) -> Stopped:
-        raise NotImplementedError
-
-    def _own(self, owned: OwnedMesh) -> Any:
-        """Become the whole mesh ``owned`` describes, on its owner's list."""
-        owned.mesh = self
-        owned.owner.owned.append(owned)
-        return self
-
-    def _owner_view(self) -> OwnedMesh:
-        """The owner's view of this mesh; only the owner's mesh and its slices have one."""
-        if self._owned is None:
-            raise NotImplementedError(
-                f"only the owner of this {self._kind} can stop it; this is a reference to it"
-            )
-        return self._owned
-
-
-class HostMesh(_Mesh):
+class HostMesh(Mesh):
     """Hosts, each with an agent that starts procs on it.
 
     The host meshes that `this_host` and `hosts` give the controller's code are
@@ -107,7 +51,6 @@ class HostMesh(_Mesh):
     """
 
     _kind = "host mesh"
-    _mesh_id = "hosts"
 
     def __init__(
         self,
@@ -118,9 +61,8 @@ class HostMesh(_Mesh):
         *,
         own: bool = False,
     ) -> None:
-        self._procs = agents
-        self._shape = shape
-        self._owned = owned
+        name = owned.name if owned is not None else "hosts"
+        self._at = Placement("hosts", name, agents, shape, owned)
         self._python = python
         self._own_hosts = own
         self._shut_down = False
@@ -129,8 +71,17 @@ class HostMesh(_Mesh):
     def single(cls, agent: str, *, own: bool = False, python: str | None = None) -> HostMesh:
         return cls((agent,), Shape.unity(), python=python, own=own)
 
+    @classmethod
+    def attached(cls, owner: Instance, agents: Sequence[str], name: str) -> HostMesh:
+        """The hosts of workers ``owner`` attached to: its own, to stop or shut down."""
+        shape = Shape.from_extent(Extent(["hosts"], [len(agents)]))
+        owned = OwnedMesh(
+            owner, cls._kind, _release_hosts, mesh_id="hosts", name=name, procs=agents, shape=shape
+        )
+        return _owned_by(owner, owned, cls(agents, shape, owned))
+
     def _with_shape(self, shape: Shape) -> HostMesh:
-        return HostMesh(self._procs, shape, python=self._python)
+        return HostMesh(self._at.procs, shape, python=self._python)
 
     def with_python_executable(self, python_executable: str) -> HostMesh:
         """These hosts, spawning procs whose process is ``python_executable`` (a path).
@@ -147,24 +98,20 @@ class HostMesh(_Mesh):
         """
         if not isinstance(python_executable, str) or not python_executable:
             raise TypeError(f"python_executable must be a path, not {python_executable!r}")
-        return HostMesh(self._procs, self._shape, python=python_executable)
+        return HostMesh(self._at.procs, self._at.shape, python=python_executable)
 
     @property
     def is_fake_in_process(self) -> bool:
         """Whether procs spawned here share the caller's OS process (the simulator's do)."""
-        return _caller()._runtime.world.procs_in_process
-
-    def _agents(self) -> ActorMesh[Any]:
-        from danaus.core.agents import HOST_AGENT, HostAgent
-
-        return ActorMesh(HOST_AGENT, "hosts", endpoints_of(HostAgent), self._procs, self._shape)
+        return _caller().runtime.world.procs_in_process
 
     @property
     def initialized(self) -> Future[Any]:
         """Settles when every host's agent answers (for attached hosts: once attached)."""
-        if self._owned is not None and self._owned.initialized is not None:
-            return self._owned.initialized
-        return _proc_agents(self).ping._fold((), {}, None, _ignore)
+        owned = self._at.owned
+        if owned is not None and owned.initialized is not None:
+            return owned.initialized
+        return all_answered(proc_agents(self._at).ping)
 
     def spawn_procs(
         self,
@@ -183,14 +130,15 @@ class HostMesh(_Mesh):
         starts: one `BootstrapCommand`, or a function of the proc's `Point`
         (over the host dims and ``per_host``'s) giving each its own.
         """
-        self._check_usable()
+        at = self._at
+        at.check_usable()
         self._check_not_shut_down()
         extent = Extent.from_dict({} if per_host is None else per_host)
-        overlap = set(extent.labels) & set(self._shape.labels)
+        overlap = set(extent.labels) & set(at.shape.labels)
         if overlap:
             raise ValueError(f"per_host dimensions {sorted(overlap)} are already host dimensions")
         owner = _caller()
-        runtime = owner._runtime
+        runtime = owner.runtime
         count = extent.nelements
         limit = runtime.world.max_procs_per_host
         if count > limit:
@@ -202,7 +150,7 @@ class HostMesh(_Mesh):
             raise TypeError(f"bootstrap must be a function each proc runs, not {bootstrap!r}")
         setup = None if bootstrap is None else dumps(bootstrap, "the bootstrap of spawn_procs")
         shape = Shape.from_extent(
-            Extent(self._shape.labels + extent.labels, self._shape.ndslice.sizes + extent.sizes)
+            Extent(at.shape.labels + extent.labels, at.shape.ndslice.sizes + extent.sizes)
         )
         if bootstrap_command is None and self._python is not None:
             bootstrap_command = with_python(runtime.world.default_command(), self._python)
@@ -210,16 +158,23 @@ class HostMesh(_Mesh):
         mesh_id = runtime.new_id()
         name = name or "procs"
         procs = NumberedNames(f"{mesh_id}.", len(self) * count)
-        agents = self._members()
-        for index, rank in enumerate(self._shape.ranks()):
+        agents = at.members()
+        for index, rank in enumerate(at.shape.ranks()):
             runtime.transport.hosting(agents[rank], procs[index * count : (index + 1) * count])
-        started = self._agents().spawn_procs._fold(
-            (mesh_id, count, name, commands, setup), {}, None, _ignore
-        )
+        started = all_answered(host_agents(at).spawn_procs, (mesh_id, count, name, commands, setup))
         # A proc lost while starting is reported by supervision; unread, this is no news.
-        owner._runtime.on_loop(started._afut.add_done_callback, discard_outcome)
-        owned = OwnedMesh(name, ProcMesh._kind, owner, initialized=started)
-        return ProcMesh(mesh_id, procs, shape, self, owned)._own(owned)
+        runtime.on_loop(no_news_if_unread, started)
+        owned = OwnedMesh(
+            owner,
+            ProcMesh._kind,
+            _stop_procs,
+            mesh_id=mesh_id,
+            name=name,
+            procs=procs,
+            shape=shape,
+            initialized=started,
+        )
+        return _owned_by(owner, owned, ProcMesh(mesh_id, procs, shape, self, owned))
 
     def stop(self, timeout: float = STOP_TIMEOUT) -> Future[Stopped]:
         """Stop every proc mesh the caller spawned on these hosts.
@@ -230,41 +185,10 @@ class HostMesh(_Mesh):
         before or during the stop are skipped, and the future's `Stopped`
         names them.
         """
-        if self._owned is not None:
+        if self._at.owned is not None:
             return super().stop(timeout)
         owner = _caller()
-        return owner._runtime.submit(self._stop_hosted(owner, timeout))
-
-    async def _stop_members(self, timeout: float) -> Stopped:
-        return await self._release(timeout, final=False)
-
-    async def _release(self, timeout: float, final: bool) -> Stopped:
-        owned = self._owner_view()
-        stopped = await self._stop_hosted(owned.owner, timeout)
-        await owned.owner._runtime.world.release(self._procs, final)
-        return stopped
-
-    async def _stop_hosted(self, owner: Instance, timeout: float) -> Stopped:
-        """Stop the proc meshes ``owner`` spawned on these hosts, newest first; with the
-        hosts found lost, they are what the stop skipped."""
-        hosts = set(self._procs)
-        mine = [
-            owned
-            for owned in owner.owned
-            if isinstance(owned.mesh, ProcMesh) and set(owned.mesh._host_mesh._procs) & hosts
-        ]
-        known = set(owner._runtime.lost_procs)
-        stopped = Stopped()
-        for owned in reversed(mine):
-            stopped += await owned.stop(timeout)
-        name = self._owned.name if self._owned is not None else self._mesh_id
-        lost = owner._runtime.lost_procs
-        members = [
-            LostMember(name, self._shape.point(index), lost[self._procs[rank]])
-            for index, rank in enumerate(self._shape.ranks())
-            if self._procs[rank] in lost
-        ]
-        return stopped + skipped(self._kind, name, members, known)
+        return owner.runtime.submit(_stop_hosted(self._at, owner, timeout))
 
     def shutdown(self, timeout: float = STOP_TIMEOUT) -> Future[Stopped]:
         """Stop every proc mesh the caller spawned on these hosts, and end this host mesh.
@@ -277,13 +201,13 @@ class HostMesh(_Mesh):
         host stays up: `this_host` gives a new, usable host mesh of it. As with
         `stop`, what was lost is skipped and named in the future's `Stopped`.
         """
-        if self._owned is not None:
-            owned = self._owner_view()
+        owned = self._at.owned
+        if owned is not None:
             owner = _caller()
             self._check_not_shut_down()
             self._shut_down = True
             owned.end()
-            return owner._runtime.submit(self._release(timeout, final=True))
+            return owner.runtime.submit(_release(owned, timeout, final=True))
         if not self._own_hosts:
             raise RuntimeError(
                 "cannot shut down a HostMesh that is a reference instead of owned (a slice, "
@@ -304,17 +228,17 @@ class HostMesh(_Mesh):
     async def __aexit__(self, *exc: object) -> None:
         if self._shut_down:
             return
-        owns = self._owned is not None or self._own_hosts
+        owns = self._at.owned is not None or self._own_hosts
         await (self.shutdown() if owns else self.stop())
 
     def __repr__(self) -> str:
         return f"<HostMesh {self.sizes}>"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (HostMesh, (self._procs, self._shape, None, self._python))
+        return (HostMesh, (self._at.procs, self._at.shape, None, self._python))
 
 
-class ProcMesh(_Mesh):
+class ProcMesh(Mesh):
     """Procs (OS processes, or simulated ones) on which actors are spawned."""
 
     _kind = "proc mesh"
@@ -327,18 +251,17 @@ class ProcMesh(_Mesh):
         host_mesh: HostMesh,
         owned: OwnedMesh | None = None,
     ) -> None:
-        self._mesh_id = mesh_id
-        self._procs = procs
-        self._shape = shape
+        name = owned.name if owned is not None else mesh_id
+        self._at = Placement(mesh_id, name, procs, shape, owned)
         self._host_mesh = host_mesh
-        self._owned = owned
 
     @classmethod
     def single(cls, proc: str, host_mesh: HostMesh) -> ProcMesh:
         return cls(proc, (proc,), Shape.unity(), host_mesh)
 
     def _with_shape(self, shape: Shape) -> ProcMesh:
-        return ProcMesh(self._mesh_id, self._procs, shape, self._host_mesh, self._owned)
+        at = self._at
+        return ProcMesh(at.mesh_id, at.procs, shape, self._host_mesh, at.owned)
 
     @property
     def host_mesh(self) -> HostMesh:
@@ -347,9 +270,10 @@ class ProcMesh(_Mesh):
     @property
     def initialized(self) -> Future[Any]:
         """Settles when every proc has started."""
-        if self._owned is not None and self._owned.initialized is not None:
-            return self._owned.initialized
-        return _proc_agents(self).ping._fold((), {}, None, _ignore)
+        owned = self._at.owned
+        if owned is not None and owned.initialized is not None:
+            return owned.initialized
+        return all_answered(proc_agents(self._at).ping)
 
     def logging_option(
         self,
@@ -372,24 +296,23 @@ class ProcMesh(_Mesh):
         """
         options = LoggingOptions.checked(stream_to_client, aggregate_window_sec, level)
         owner = _caller()
-        members = self._members()
-        procs = [members[rank] for rank in self._shape.ranks()]
+        procs = [proc for proc, _ in self._at.targets()]
 
         async def apply() -> None:
             await self.initialized
-            await _proc_agents(self).set_log_level.call(options.level)
-            await self._host_mesh._agents().logging_option.call(procs, options)
+            await proc_agents(self._at).set_log_level.call(options.level)
+            await host_agents(self._host_mesh._at).logging_option.call(procs, options)
 
-        return CoroutineFuture.of(owner._runtime.submit(apply()))
+        return CoroutineFuture.of(owner.runtime.submit(apply()))
 
     def host_of(self, base: int) -> HostMesh:
         """The host of the member at position ``base`` of the proc list, as a mesh of one.
 
         The list holds the procs of each host of ``host_mesh`` in turn, as many on each.
         """
-        hosts = self._host_mesh
-        per_host = len(self._procs) // len(hosts)
-        return HostMesh.single(hosts._procs[hosts._shape.ranks()[base // per_host]])
+        hosts = self._host_mesh._at
+        per_host = len(self._at.procs) // len(hosts.shape)
+        return HostMesh.single(hosts.procs[hosts.shape.ranks()[base // per_host]])
 
     def spawn(
         self,
@@ -411,13 +334,14 @@ class ProcMesh(_Mesh):
         and return type, and the mesh's own members (``slice``, ``stop``, ...) are
         there too. Annotate a mesh of ``Trainer`` as ``Trainer``.
         """
-        self._check_usable()
+        at = self._at
+        at.check_usable()
         if not (isinstance(cls, type) and issubclass(cls, Actor)):
             raise TypeError(f"spawn needs a subclass of danaus.Actor, got {cls!r}")
         if restart is not None and not isinstance(restart, RestartPolicy):
             raise TypeError(f"restart must be a danaus.RestartPolicy, not {restart!r}")
         endpoints = endpoints_of(cls)
-        clashes = sorted({n for n, spec in endpoints.items() if not spec.plain} & _RESERVED)
+        clashes = sorted({n for n, spec in endpoints.items() if not spec.plain} & RESERVED)
         if clashes:
             raise ValueError(
                 f"{cls.__qualname__} endpoints {clashes} clash with ActorMesh attributes"
@@ -427,185 +351,147 @@ class ProcMesh(_Mesh):
         except TypeError as exc:
             raise TypeError(f"{cls.__qualname__}(): {exc}") from None
         owner = _caller()
-        runtime = owner._runtime
+        runtime = owner.runtime
         built = dumps((cls, args, kwargs), f"an argument of {cls.__qualname__}()")
         runtime.check_size(built, "spawning %s with these arguments", cls.__qualname__)
         mesh_id = runtime.new_id()
         order = SpawnOrder(
-            mesh_id,
-            name,
-            built,
-            owner.as_creator(),
-            (runtime.proc_id, owner.key),
-            self,
+            mesh_id, name, built, owner.as_creator(), (runtime.proc_id, owner.key), self
         )
+        procs = at.members()
         owned = OwnedMesh(
-            name, ActorMesh._kind, owner, spawn=order, policy=restart, actor_class=class_path(cls)
+            owner,
+            ActorMesh._kind,
+            _stop_actors,
+            mesh_id=mesh_id,
+            name=name,
+            procs=procs,
+            shape=at.shape,
+            spawn=order,
+            policy=restart,
+            actor_class=class_path(cls),
+            parent=at.owned,
         )
-        mesh: ActorMesh[T] = ActorMesh(
-            mesh_id, name, endpoints, self._members(), self._shape, self, owned
-        )
-        if self._owned is not None:
-            self._owned.children.append(owned)
-        mesh._own(owned)
+        mesh: ActorMesh[T] = ActorMesh(mesh_id, name, endpoints, procs, at.shape, self, owned)
+        _owned_by(owner, owned, mesh)
         runtime.supervisor.adopt(owned)
-        _proc_agents(self).spawn.broadcast(order)
+        proc_agents(at).spawn.broadcast(order)
         return mesh  # type: ignore[return-value]  # the mesh stands for a T: see above
 
-    async def _stop_members(self, timeout: float) -> Stopped:
-        """Stop every actor on these procs (children first), then end the procs.
-
-        Procs lost before or during the stop, on their own or with their host,
-        are skipped (and named in the result); other errors are raised once the
-        rest is stopped.
-        """
-        owned = self._owner_view()
-        for child in owned.children:
-            child.end(with_procs=True)
-        known = set(owned.owner._runtime.lost_procs)
-        outcomes = Outcomes()
-        lost = outcomes.losses(await _proc_agents(self).stop_all._outcomes((timeout,), {}))
-        hosts = self._host_mesh
-        stopping = hosts._agents().stop_procs._outcomes((self._mesh_id, timeout), {})
-        lost_hosts = outcomes.losses(await stopping)
-        procs, losses = self._members(), owned.owner._runtime.lost_procs
-        per_host = len(procs) // len(hosts)
-        for base, proc in enumerate(procs):
-            host_loss = lost_hosts.get(base // per_host)
-            if host_loss is not None:  # the proc was lost with its host, if not before
-                lost.setdefault(base, losses.get(proc, host_loss))
-        members = [LostMember(owned.name, self._shape.point(i), lost[i]) for i in sorted(lost)]
-        stopped = skipped(self._kind, owned.name, members, known)
-        for replacement in owned.replacements:
-            stopped += await replacement._owner_view().stop()
-        outcomes.raise_first()
-        return stopped
-
     def __repr__(self) -> str:
-        return f"<ProcMesh {self._mesh_id} {self.sizes}>"
+        return f"<ProcMesh {self._at.mesh_id} {self.sizes}>"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (ProcMesh, (self._mesh_id, self._members(), self._shape, self._host_mesh))
+        at = self._at
+        return (ProcMesh, (at.mesh_id, at.members(), at.shape, self._host_mesh))
 
 
-class ActorMesh(_Mesh, Generic[T]):
-    """Actors, one per proc of the proc mesh they were spawned on. Endpoints are attributes."""
-
-    _kind = "actor mesh"
-
-    def __init__(
-        self,
-        mesh_id: str,
-        name: str,
-        endpoints: dict[str, EndpointSpec],
-        procs: Sequence[str],
-        shape: Shape,
-        proc_mesh: ProcMesh | None = None,
-        owned: OwnedMesh | None = None,
-    ) -> None:
-        self._mesh_id = mesh_id
-        self._name = name
-        self._endpoints = endpoints
-        self._procs = procs
-        self._shape = shape
-        self._proc_mesh = proc_mesh
-        self._owned = owned
-
-    def _with_shape(self, shape: Shape) -> ActorMesh[T]:
-        return ActorMesh(
-            self._mesh_id,
-            self._name,
-            self._endpoints,
-            self._procs,
-            shape,
-            self._proc_mesh,
-            self._owned,
-        )
-
-    def __getattr__(self, name: str) -> Any:
-        """The endpoint ``name`` (an `Endpoint`; a `NotAnEndpoint` for a plain method)."""
-        if name.startswith("_"):
-            raise AttributeError(name)
-        spec = self._endpoints.get(name)
-        if spec is None:
-            public = [n for n in self._endpoints if not n.startswith("_")]
-            marked = [n for n in public if not self._endpoints[n].plain]
-            hint = close_names(name, public) or f"; its endpoints: {', '.join(marked) or 'none'}"
-            raise AttributeError(f"actor mesh {self._name!r} has no endpoint {name!r}{hint}")
-        return NotAnEndpoint(self, spec) if spec.plain else Endpoint(self, spec)
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def proc_mesh(self) -> ProcMesh | None:
-        return self._proc_mesh
-
-    @property
-    def initialized(self) -> Future[None]:
-        """Settles when every actor has run ``__init__`` (raises if one failed)."""
-        return Endpoint(self, self._endpoints["__initialized__"])._fold((), {}, None, _ignore)
-
-    async def _stop_members(self, timeout: float) -> Stopped:
-        """No new messages; queued ones finish; owned meshes stop; then ``__cleanup__``.
-
-        Members whose proc was lost are skipped (and named in the result).
-        """
-        known = set(self._owner_view().owner._runtime.lost_procs)
-        outcomes = Outcomes()
-        answers = await _proc_agents(self).stop_actor._outcomes((self._mesh_id, timeout), {})
-        lost = outcomes.losses(answers)
-        members = [LostMember(self._name, self._shape.point(i), lost[i]) for i in sorted(lost)]
-        stopped = skipped(self._kind, self._name, members, known)
-        outcomes.raise_first()
-        return stopped
-
-    def __repr__(self) -> str:
-        return f"<ActorMesh {self._name} {self.sizes}>"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (
-            ActorMesh,
-            (
-                self._mesh_id,
-                self._name,
-                self._endpoints,
-                self._members(),
-                self._shape,
-                self._proc_mesh,
-            ),
-        )
+def _owned_by(owner: Instance, owned: OwnedMesh, mesh: M) -> M:
+    """``mesh``, the whole mesh ``owned`` describes, on its owner's list."""
+    owned.mesh = mesh
+    owner.owned.append(owned)
+    return mesh
 
 
-def _ignore(acc: None, value: Any) -> None:
-    return None
+async def _stop_actors(owned: OwnedMesh, timeout: float) -> Stopped:
+    """Stop the members of an actor mesh: no new messages; queued ones finish; owned meshes
+    stop; then ``__cleanup__``. Members whose proc was lost are skipped (and named)."""
+    at = owned.whole
+    known = set(owned.owner.runtime.lost_procs)
+    found = Outcomes()
+    answers = await outcomes(proc_agents(at).stop_actor, (at.mesh_id, timeout), {})
+    lost = found.losses(answers)
+    members = [LostMember(at.name, at.shape.point(i), lost[i]) for i in sorted(lost)]
+    stopped = skipped(owned.kind, at.name, members, known)
+    found.raise_first()
+    return stopped
 
 
-def _proc_agents(mesh: _Mesh) -> ActorMesh[Any]:
-    """The proc agents of the procs under ``mesh``, shaped like it."""
-    from danaus.core.agents import PROC_AGENT, ProcAgent
+async def _stop_procs(owned: OwnedMesh, timeout: float) -> Stopped:
+    """Stop every actor on a proc mesh's procs (children first), then end the procs.
 
-    return ActorMesh(PROC_AGENT, "agents", endpoints_of(ProcAgent), mesh._members(), mesh._shape)
+    Procs lost before or during the stop, on their own or with their host,
+    are skipped (and named in the result); other errors are raised once the
+    rest is stopped.
+    """
+    at = owned.whole
+    assert isinstance(owned.mesh, ProcMesh)
+    hosts = owned.mesh.host_mesh._at
+    for child in owned.children:
+        child.end(with_procs=True)
+    runtime = owned.owner.runtime
+    known = set(runtime.lost_procs)
+    found = Outcomes()
+    lost = found.losses(await outcomes(proc_agents(at).stop_all, (timeout,), {}))
+    stopping = outcomes(host_agents(hosts).stop_procs, (at.mesh_id, timeout), {})
+    lost_hosts = found.losses(await stopping)
+    procs, losses = at.members(), runtime.lost_procs
+    per_host = len(procs) // len(hosts.shape)
+    for base, proc in enumerate(procs):
+        host_loss = lost_hosts.get(base // per_host)
+        if host_loss is not None:  # the proc was lost with its host, if not before
+            lost.setdefault(base, losses.get(proc, host_loss))
+    members = [LostMember(at.name, at.shape.point(i), lost[i]) for i in sorted(lost)]
+    stopped = skipped(owned.kind, at.name, members, known)
+    for replacement in owned.replacements:
+        stopped += await replacement.stop()
+    found.raise_first()
+    return stopped
 
 
-def agent_of(proc: str) -> ActorMesh[Any]:
-    """The agent of one proc."""
-    from danaus.core.agents import PROC_AGENT, ProcAgent
-
-    return ActorMesh(PROC_AGENT, "agents", endpoints_of(ProcAgent), (proc,), Shape.unity())
+async def _release_hosts(owned: OwnedMesh, timeout: float) -> Stopped:
+    """Stop what the owner of attached hosts runs there, and let the workers go."""
+    return await _release(owned, timeout, final=False)
 
 
-_RESERVED = frozenset(name for name in dir(ActorMesh) if not name.startswith("_"))
+async def _release(owned: OwnedMesh, timeout: float, final: bool) -> Stopped:
+    """Stop what the owner of attached hosts runs there, then release the workers
+    (``final``: they end too)."""
+    stopped = await _stop_hosted(owned.whole, owned.owner, timeout)
+    await owned.owner.runtime.world.release(owned.whole.procs, final)
+    return stopped
+
+
+async def _stop_hosted(hosts: Placement, owner: Instance, timeout: float) -> Stopped:
+    """Stop the proc meshes ``owner`` spawned on the hosts ``hosts`` places, newest first;
+    with the hosts found lost, they are what the stop skipped."""
+    agents = set(hosts.procs)
+    mine = [
+        owned
+        for owned in owner.owned
+        if isinstance(owned.mesh, ProcMesh) and set(owned.mesh.host_mesh._at.procs) & agents
+    ]
+    known = set(owner.runtime.lost_procs)
+    stopped = Stopped()
+    for owned in reversed(mine):
+        stopped += await owned.stop(timeout)
+    lost = owner.runtime.lost_procs
+    members = [
+        LostMember(hosts.name, hosts.shape.point(index), lost[hosts.procs[rank]])
+        for index, rank in enumerate(hosts.shape.ranks())
+        if hosts.procs[rank] in lost
+    ]
+    return stopped + skipped(HostMesh._kind, hosts.name, members, known)
+
+
+async def replacement_proc(owned: OwnedMesh, base: int) -> str:
+    """A new proc on the host of member ``base`` of the actor mesh ``owned``, for a restart;
+    it stops with the proc mesh the actor mesh was spawned on, if its owner spawned that."""
+    assert isinstance(owned.mesh, ActorMesh) and owned.mesh.proc_mesh is not None
+    replacement = owned.mesh.proc_mesh.host_of(base).spawn_procs(name=owned.name)
+    view = replacement._at.owned
+    assert view is not None
+    if owned.parent is not None:
+        owned.parent.replacements.append(view)
+    await replacement.initialized
+    return replacement._at.members()[0]
 
 
 def this_host() -> HostMesh:
     """The host the calling code runs on, as a host mesh of one."""
     instance = context().actor_instance
     return HostMesh.single(
-        instance._runtime.host_agent,
-        own=instance.kind is InstanceKind.CLIENT,
-        python=inherited_python(),
+        instance.runtime.host_agent, own=instance.is_client, python=inherited_python()
     )
 
 
@@ -616,8 +502,6 @@ def this_proc() -> ProcMesh:
 
 def hosts() -> HostMesh:
     """Every host of the world (cluster or simulation), as a host mesh with dimension ``hosts``."""
-    from danaus.core.config import current_world
-
     agents = current_world().hosts()
-    own = context().actor_instance.kind is InstanceKind.CLIENT
+    own = context().actor_instance.is_client
     return HostMesh(agents, Shape.from_extent(Extent(["hosts"], [len(agents)])), own=own)

@@ -12,7 +12,7 @@ import asyncio
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from danaus.core.blocking import discard_outcome
 from danaus.core.context import context
@@ -27,7 +27,6 @@ from danaus.core.wire import PortRef
 if TYPE_CHECKING:
     from danaus.core.casting import Answered
     from danaus.core.instance import Instance
-    from danaus.core.runtime import Runtime
 
 R = TypeVar("R")
 A = TypeVar("A")
@@ -49,11 +48,18 @@ def _settle(
         afut.set_result(value)
 
 
+class PortTable(Protocol):
+    """Where a port is open: what its handler needs of its proc's runtime."""
+
+    def close_port(self, port: int) -> None: ...
+
+
 class PortHandler:
     """Receives what arrives at one port; runs on the owning proc's loop thread."""
 
     port: int
-    runtime: Runtime
+    table: PortTable
+    """Where the port is open (set when it is opened)."""
 
     def deliver(self, rank: int, payload: list[Buffer], error: bool) -> None:
         raise NotImplementedError
@@ -62,7 +68,7 @@ class PortHandler:
         """``proc`` is gone: fail whatever this port still waits for from it."""
 
     def close(self) -> None:
-        self.runtime.close_port(self.port)
+        self.table.close_port(self.port)
 
 
 def _a_port_message() -> str:
@@ -325,6 +331,11 @@ class Port(Generic[R]):
     def return_undeliverable(self, value: bool) -> None:
         self._return_undeliverable = bool(value)
 
+    @property
+    def ref(self) -> PortRef | None:
+        """Where values sent to this port go (None: nowhere)."""
+        return self._ref
+
     def send(self, value: R) -> None:
         """Send ``value`` to the port's receiver.
 
@@ -342,7 +353,7 @@ class Port(Generic[R]):
             return
         ctx = context()
         rank = self._rank if self._rank is not None else ctx.message_rank.rank
-        runtime = ctx.actor_instance._runtime
+        runtime = ctx.actor_instance.runtime
         runtime.check_size(payload, "a value sent to a port")
         runtime.send_reply(
             ctx.actor_instance, self._ref, rank, payload, error, self._return_undeliverable
@@ -358,14 +369,16 @@ class Port(Generic[R]):
 class PortReceiver(Generic[R]):
     """The receiving end of a `Channel`, on the proc that opened it."""
 
-    def __init__(self, runtime: Runtime, handler: QueueHandler, ranked: bool = False) -> None:
-        self._runtime = runtime
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, handler: QueueHandler, ranked: bool = False
+    ) -> None:
+        self._loop = loop
         self._handler = handler
         self._ranked = ranked
 
     def recv(self) -> Future[R]:
         """A future of the next value (raises if the sender sent an exception)."""
-        afut, future = new_future(self._runtime.loop)
+        afut, future = new_future(self._loop)
         self._handler.take_or_wait(afut, self._ranked)
         return future
 
@@ -375,7 +388,7 @@ class PortReceiver(Generic[R]):
         ``rank`` is the sender's position in the slice it was messaged as (0 for
         code outside an actor). Both receivers take from one queue.
         """
-        return PortReceiver(self._runtime, self._handler, ranked=True)
+        return PortReceiver(self._loop, self._handler, ranked=True)
 
     def __reduce__(self) -> Any:
         raise TypeError("a PortReceiver stays on the proc that opened it; pass its Port instead")
@@ -387,10 +400,10 @@ class Channel(Generic[R]):
     @staticmethod
     def open(once: bool = False) -> tuple[Port[R], PortReceiver[R]]:
         """A new port and its receiver. With ``once``, the port takes one message."""
-        runtime = context().actor_instance._runtime
+        runtime = context().actor_instance.runtime
         handler = QueueHandler(once)
         ref = runtime.open_port(handler)
-        return Port(ref), PortReceiver(runtime, handler)
+        return Port(ref), PortReceiver(runtime.loop, handler)
 
     @staticmethod
     def open_ranked(once: bool = False) -> tuple[Port[R], PortReceiver[tuple[int, R]]]:

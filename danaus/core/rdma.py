@@ -47,7 +47,6 @@ class RDMAError(RuntimeError):
         return (RDMAError, (str(self), self.handle))
 
 
-
 @dataclass(frozen=True)
 class Backend:
     """What moves RDMABuffer data on the current transport."""
@@ -89,7 +88,7 @@ def _backend_of(transport: Transport) -> Backend:
 
 
 def _runtime() -> Runtime:
-    return context().actor_instance._runtime
+    return context().actor_instance.runtime
 
 
 def _device_of(data: Any) -> str:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from danaus.core import actor_logs
 from danaus.core import trace as ev
+from danaus.core.agent_refs import system_actors
 from danaus.core.casting import Relays, Targets
 from danaus.core.config import fault_hook
 from danaus.core.errors import (
@@ -33,7 +34,8 @@ from danaus.core.observer import Observer, from_environment
 from danaus.core.ordering import Inbound, Outbound
 from danaus.core.ports import PortHandler, ReplyHandler
 from danaus.core.serialize import Buffer, dumps, loads, nbytes
-from danaus.core.shape import Shape
+from danaus.core.shape import Point, Shape
+from danaus.core.spawn_order import SpawnOrder
 from danaus.core.supervision import MeshFailure
 from danaus.core.supervisor import Supervisor
 from danaus.core.transport import ProcLoss, Transport
@@ -55,7 +57,6 @@ from danaus.core.wire import (
 )
 
 if TYPE_CHECKING:
-    from danaus.core.actor import Actor
     from danaus.core.transport import World
 
 log = logging.getLogger("danaus.runtime")
@@ -136,9 +137,10 @@ class Runtime:
         self.supervisor = Supervisor(self)
         actor_logs.install()
 
-    def start(self, system_actors: dict[str, Actor] | None = None) -> None:
-        """Host the system actors and begin receiving."""
-        for key, actor in (system_actors or {}).items():
+    def start(self, host_agent: bool = False) -> None:
+        """Host the proc's agent (and, on the proc of a host's agent, that agent) and begin
+        receiving."""
+        for key, actor in system_actors(self, host_agent).items():
             self._actors[key] = Instance.system(self, key, actor)
         self.transport.start(self._on_frames, self._on_loss, self._on_refused)
 
@@ -368,7 +370,7 @@ class Runtime:
     # ---- ports ---------------------------------------------------------------------
 
     def open_port(self, handler: PortHandler) -> PortRef:
-        handler.runtime = self
+        handler.table = self
         handler.port = self._next_number()
         self._ports[handler.port] = handler
         return PortRef(self.proc_id, handler.port)
@@ -400,12 +402,25 @@ class Runtime:
 
     # ---- actors --------------------------------------------------------------------
 
-    def add_actor(self, instance: Instance) -> None:
-        """Host ``instance`` and hand it the messages that arrived before it."""
+    def spawn(self, order: SpawnOrder, rank: Point) -> Instance:
+        """Host member ``rank`` of a new actor mesh, and hand it the messages that arrived
+        before it."""
+        instance = Instance.member(self, order, rank)
         self._actors[instance.key] = instance
         self._gone.pop(instance.key, None)
         for src, call, payload in self._held.pop(instance.key, ()):
-            instance.post(src, call, payload)
+            instance.mailbox.post(src, call, payload)
+        self.trace.record(
+            ev.Spawn(
+                proc=self.proc_id,
+                actor=instance.actor_id,
+                mesh=order.mesh_id,
+                rank=rank.rank,
+                owner=order.owner[0],
+                creator=order.creator.actor_id,
+            )
+        )
+        return instance
 
     def retire(self, instance: Instance, reason: BaseException) -> None:
         """``instance`` is gone: later messages to it are answered with ``reason``."""
@@ -535,7 +550,7 @@ class Runtime:
     def _route_call(self, src: str, call: Call, payload: list[Buffer]) -> None:
         instance = self._actors.get(call.actor)
         if instance is not None:
-            instance.post(src, call, payload)
+            instance.mailbox.post(src, call, payload)
         elif call.actor in self._gone:
             self.refuse(src, call, self._gone[call.actor])
         else:
@@ -603,11 +618,3 @@ class Runtime:
             instance.abandon(MeshStoppedError(f"proc {self.proc_id} is shutting down"))
         self.relays.close()
         self.transport.close()
-
-
-async def cancel_leftover_tasks() -> None:
-    """Cancel every other task of the running loop and wait for them (the end of a shutdown)."""
-    leftover = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-    for task in leftover:
-        task.cancel()
-    await asyncio.gather(*leftover, return_exceptions=True)

@@ -20,7 +20,7 @@ from danaus.core import last_words
 from danaus.core.shape import Point
 
 if TYPE_CHECKING:
-    from danaus.core.mesh import ActorMesh
+    from danaus.core.actor_mesh import ActorMesh
 
 
 @dataclass

@@ -5,38 +5,56 @@ sends a `Fail` message (an endpoint raised under ``broadcast``, ``__init__``
 raised, ``__supervise__`` gave up...), and the transport reports lost procs
 (exits, kills, silence) for every proc hosting a member of a watched mesh.
 Each failed member is reported once. A mesh with a restart policy is restarted
-while its budget lasts; otherwise the failure goes to the owning actor.
+while its budget lasts (`danaus.core.restarts`); otherwise the failure goes to
+the owning actor.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import asyncio
+from typing import TYPE_CHECKING, Protocol
 
 from danaus.core import trace as ev
-from danaus.core.instance import member_id
+from danaus.core.restarts import restart
+from danaus.core.spawn_order import member_id
 from danaus.core.supervision import MeshFailure
 
 if TYPE_CHECKING:
     from danaus.core.owned import OwnedMesh
-    from danaus.core.runtime import Runtime
+    from danaus.core.trace import Trace
     from danaus.core.transport import ProcLoss
+
+
+class SupervisingProc(Protocol):
+    """What a supervisor needs of its proc's runtime."""
+
+    @property
+    def proc_id(self) -> str: ...
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def trace(self) -> Trace: ...
+
+    def watch(self, proc: str) -> None: ...
 
 
 class Supervisor:
     """The actor meshes owned by actors of one proc, watched for failures."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
+    def __init__(self, proc: SupervisingProc) -> None:
+        self.proc = proc
         self._owned: dict[str, OwnedMesh] = {}
 
     def adopt(self, owned: OwnedMesh) -> None:
         """Watch the actor mesh ``owned`` for failures."""
-        self._owned[owned.mesh._mesh_id] = owned
+        self._owned[owned.whole.mesh_id] = owned
         self.watch_members(owned)
 
     def watch_members(self, owned: OwnedMesh) -> None:
-        for proc in dict.fromkeys(owned.mesh._members()):
-            self.runtime.watch(proc)
+        for proc in dict.fromkeys(owned.members()):
+            self.proc.watch(proc)
 
     def failures(self) -> list[MeshFailure]:
         """The failed members of the meshes watched here (until a restart replaces them)."""
@@ -45,7 +63,7 @@ class Supervisor:
     def release(self, mesh_id: str) -> None:
         """Stop watching a mesh (it is being stopped: what follows is not a failure)."""
         if self._owned.pop(mesh_id, None) is not None:
-            self.runtime.trace.record(ev.Release(proc=self.runtime.proc_id, mesh=mesh_id))
+            self.proc.trace.record(ev.Release(proc=self.proc.proc_id, mesh=mesh_id))
 
     def on_loss(self, loss: ProcLoss) -> None:
         """A proc is gone: every member of an owned mesh that lived there failed, unless the
@@ -53,17 +71,17 @@ class Supervisor:
         if loss.stopped:
             return
         for mesh_id, owned in list(self._owned.items()):
-            mesh = owned.mesh
-            members = mesh._members()
-            for index, base in enumerate(mesh._shape.ranks()):
+            members = owned.members()
+            shape = owned.whole.shape
+            for index, base in enumerate(shape.ranks()):
                 if members[base] != loss.proc:
                     continue
                 self.on_failure(
                     MeshFailure(
-                        mesh_name=mesh.name,
+                        mesh_name=owned.name,
                         mesh_id=mesh_id,
-                        rank=mesh._shape.point(index),
-                        actor_id=member_id(mesh_id, mesh.name, index, owned.incarnation(base)),
+                        rank=shape.point(index),
+                        actor_id=member_id(mesh_id, owned.name, index, owned.incarnation(base)),
                         proc=loss.proc,
                         host=loss.host,
                         pid=loss.pid,
@@ -79,12 +97,12 @@ class Supervisor:
         owned = self._owned.get(failure.mesh_id)
         if owned is None:
             return
-        base = owned.mesh._shape.ranks()[failure.rank.rank]
+        base = owned.whole.shape.ranks()[failure.rank.rank]
         if not owned.member_failed(base, failure):
             return
-        self.runtime.trace.record(
+        self.proc.trace.record(
             ev.Failure(
-                proc=self.runtime.proc_id,
+                proc=self.proc.proc_id,
                 mesh=failure.mesh_id,
                 rank=failure.rank.rank,
                 cause=failure.cause,
@@ -97,7 +115,6 @@ class Supervisor:
             delay = owned.restart_delay()
             if delay is not None:
                 owned.restarting = one_for_all
-                self.runtime.loop.create_task(owned.restart(base, delay))
+                self.proc.loop.create_task(restart(owned, base, delay))
                 return
         owned.owner.supervise(failure)
-

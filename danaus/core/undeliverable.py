@@ -36,3 +36,8 @@ class UndeliverableMessageEnvelope:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (UndeliverableMessageEnvelope, (self._sender, self._dest, self._error))
+
+
+def undelivered(message: UndeliverableMessageEnvelope) -> str:
+    """Why the sender of ``message`` fails when nothing handles its return."""
+    return f"a message it sent to {message.dest()} could not be delivered: {message.error_msg()}"

@@ -31,7 +31,7 @@ SKIP = ["danaus.core.*", "asyncio.*", "concurrent.futures.*", "contextvars", "th
 
 def _ask_controller(fn: Callable[..., Any], *args: Any) -> Any:
     """Run ``fn(*args, controller_runtime)`` on the controller and wait for its answer."""
-    from danaus.core.mesh import agent_of
+    from danaus.core.agent_refs import agent_of
 
     return agent_of(ROOT).probe.call_one(functools.partial(fn, *args)).get()
 

@@ -20,6 +20,7 @@ from danaus import (
     endpoint,
     this_host,
 )
+from danaus.core.actor_mesh import placement_of
 
 
 class Self(Actor):
@@ -171,7 +172,7 @@ def test_a_call_to_a_plain_method_by_name_is_refused(run):
 
     def main():
         mesh = this_host().spawn_procs().spawn("plain", Self)
-        forged = danaus.Endpoint(mesh, mesh._endpoints["add"])
+        forged = danaus.Endpoint(placement_of(mesh), mesh._endpoints["add"])
         with pytest.raises(ActorError, match="has no endpoint 'add'"):
             forged.call_one(1).get()
         return True

@@ -6,6 +6,7 @@ import pytest
 
 from danaus import Actor, Channel, SerializationError, context, endpoint, this_host
 from danaus.core import config
+from danaus.core.actor_mesh import placement_of
 from danaus.core.serialize import dumps
 from danaus.core.wire import Call, encode
 
@@ -47,9 +48,11 @@ def test_a_call_the_receiver_rejects_is_answered_with_an_error(run):
         echo = this_host().spawn_procs({"w": 1}).spawn("echo", Echo)
         echo.initialized.get(timeout=30)
         port, answers = Channel.open()
-        runtime = context().actor_instance._runtime
-        [(proc, _)] = echo._targets()
-        bad = Call(echo._mesh_id, "ping", port._ref, 0, ("w",), (True,), "root/client", 0)
+        runtime = context().actor_instance.runtime
+        [(proc, _)] = placement_of(echo).targets()
+        bad = Call(
+            placement_of(echo).mesh_id, "ping", port.ref, 0, ("w",), (True,), "root/client", 0
+        )
         runtime.transport.send(proc, encode(bad, dumps(((), {}))))
         with pytest.raises(SerializationError) as refused:
             answers.recv().get(timeout=30)

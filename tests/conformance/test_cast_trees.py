@@ -35,6 +35,7 @@ from danaus import (
 )
 from danaus.chaos import crash, pause
 from danaus.core import config
+from danaus.core.actor_mesh import placement_of
 from danaus.core.serialize import dumps
 from danaus.core.wire import MAX_SUBTREE, Call, Cast, encode
 
@@ -290,7 +291,7 @@ def test_a_forwarding_proc_whose_actor_is_gone_still_forwards(run):
         others = slice(FIRST_FORWARDER + 1, MEMBERS)
         logs = caster.broadcast.call_one(members, 1, others).get(timeout=TIMEOUT)
         dest = receiver.recv().get(timeout=TIMEOUT)
-        [proc] = {proc for proc, _ in members.slice(m=FIRST_FORWARDER)._targets()}
+        [proc] = {proc for proc, _ in placement_of(members.slice(m=FIRST_FORWARDER)).targets()}
         return answered, errors, dest, proc, logs
 
     answered, errors, dest, proc, logs = run(main, cast_fanout=FANOUT)
@@ -310,9 +311,11 @@ def test_a_malformed_cast_is_refused_and_its_caller_told_for_every_rank(run, fla
     def main():
         members = spawn_members()
         port, answers = Channel.open()
-        runtime = context().actor_instance._runtime
-        procs = [proc for proc, _ in members._targets()]
-        call = Call(members._mesh_id, "note", port._ref, 0, ("m",), (MEMBERS,), "root/client", 0)
+        runtime = context().actor_instance.runtime
+        procs = [proc for proc, _ in placement_of(members).targets()]
+        call = Call(
+            placement_of(members).mesh_id, "note", port.ref, 0, ("m",), (MEMBERS,), "root/client", 0
+        )
         if flaw == "point out of range":
             rest = (procs[1], procs[2]), (1, MEMBERS), (0, 0)
         else:

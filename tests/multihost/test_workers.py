@@ -21,6 +21,7 @@ import zmq
 
 import danaus
 from danaus import Actor, SupervisionError, current_rank, endpoint
+from danaus.core.actor_mesh import placement_of
 from tests.multihost.conftest import FAST, ROOT, Worker
 from tests.multihost.lost_hosts import LOST, VICTIM, stop_losing_a_host
 from tests.tcp.conftest import alive, run_script, wait_until
@@ -425,7 +426,7 @@ def test_a_shutdown_skips_a_host_lost_before_or_during_it_and_ends_the_others(
     for survivor in (three[0], three[2]):
         assert survivor.process.wait(30) == 0, survivor.output()
         assert not survivor.group()
-    victim = hosts._procs[VICTIM]
+    victim = placement_of(hosts).procs[VICTIM]
     assert f"{victim} did not confirm its release" not in caplog.text
 
 

@@ -8,7 +8,7 @@ import pytest
 
 import danaus.sim
 from danaus import Actor, ActorError, endpoint, this_host
-from danaus.core.mesh import agent_of
+from danaus.core.agent_refs import agent_of
 
 otel = pytest.importorskip("danaus.otel")
 

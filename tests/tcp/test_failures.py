@@ -32,7 +32,7 @@ class Closer(Crasher):
     def close_connections_from(self, peer: str) -> None:
         """Close this proc's data connections from ``peer``, as it closes one on which a peer
         sent what breaks the protocol."""
-        plane = context().actor_instance._runtime.transport.data
+        plane = context().actor_instance.runtime.transport.data
         plane.call_on_loop(lambda: plane._close_inbound_from(peer))
 
 

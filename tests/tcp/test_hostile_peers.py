@@ -55,7 +55,7 @@ class Target(Actor):
 
     @endpoint
     def facts(self) -> tuple[int, str, str]:
-        transport = context().actor_instance._runtime.transport
+        transport = context().actor_instance.runtime.transport
         return os.getpid(), transport.address.control, transport.address.data
 
     @endpoint

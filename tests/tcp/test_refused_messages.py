@@ -11,6 +11,7 @@ import pytest
 
 import danaus
 from danaus import Actor, MessageTooLargeError, endpoint, this_host
+from danaus.core.actor_mesh import placement_of
 from danaus.core.config import current_world
 from danaus.transports.tcp.limits import MiB
 from tests.tcp.conftest import wait_until
@@ -73,12 +74,12 @@ def test_a_call_its_receiver_refuses_fails_at_its_caller_and_the_link_goes_on(tr
     danaus.configure(transport=transport)
     procs = this_host().spawn_procs({"w": 2}, bootstrap=lower_the_limit)
     sinks = procs.spawn("sinks", Sink)
-    large_messages_take_their_plane(sinks.slice(w=0), procs._members()[0])
+    large_messages_take_their_plane(sinks.slice(w=0), placement_of(procs).members()[0])
     refused = sinks.slice(w=0).length.call_one(bytes(5 * MiB))
     after = sinks.slice(w=0).length.call_one(b"after")
     with pytest.raises(MessageTooLargeError, match=r"refused a message of 52\d{5} bytes") as error:
         refused.get(timeout=60)
-    assert procs._members()[0] in str(error.value), "it names the proc that refused it"
+    assert placement_of(procs).members()[0] in str(error.value), "it names the proc that refused it"
     assert after.get(timeout=60) == 5
     assert list(sinks.length.call(b"x").get(timeout=60).values()) == [1, 1]
     procs.stop().get(timeout=60)
@@ -88,7 +89,7 @@ def test_an_answer_its_callers_proc_refuses_fails_the_call_and_the_link_goes_on(
     danaus.configure(transport=transport, max_message_bytes=LOWER)
     procs = this_host().spawn_procs(bootstrap=raise_the_limit)
     sink = procs.spawn("sink", Sink)
-    large_messages_take_their_plane(sink, procs._members()[0])
+    large_messages_take_their_plane(sink, placement_of(procs).members()[0])
     with pytest.raises(MessageTooLargeError, match=r"proc root refused a message of 52\d{5}"):
         sink.make.call_one(5 * MiB).get(timeout=60)
     assert sink.length.call_one(b"after").get(timeout=60) == 5

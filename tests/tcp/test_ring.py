@@ -233,7 +233,7 @@ class Digest(Actor):
     @endpoint
     def ring_records(self) -> int:
         """Records this proc took from the rings its peers share with it."""
-        plane = context().actor_instance._runtime.transport.data
+        plane = context().actor_instance.runtime.transport.data
         return sum(i._ring.taken for i in list(plane._inbound) if i._ring is not None)
 
 

@@ -35,7 +35,7 @@ class Echo(Actor):
 
     @endpoint
     def address(self) -> str:
-        return context().actor_instance._runtime.transport.address.control
+        return context().actor_instance.runtime.transport.address.control
 
     @endpoint
     def count(self) -> int:

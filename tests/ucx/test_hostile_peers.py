@@ -44,7 +44,7 @@ class Target(Actor):
 
     @endpoint
     def facts(self) -> tuple[int, str]:
-        transport = context().actor_instance._runtime.transport
+        transport = context().actor_instance.runtime.transport
         return os.getpid(), transport.data.ucx().listening().result(30)
 
     @endpoint

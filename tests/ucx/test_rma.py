@@ -180,7 +180,7 @@ def test_out_of_range_transfers_fail_naming_the_buffer(ucx):
     class Prober(Actor):
         @endpoint
         def read_past_the_end(self, buffer: RDMABuffer) -> str:
-            runtime = danaus.context().actor_instance._runtime
+            runtime = danaus.context().actor_instance.runtime
             reading = runtime.transport.read(buffer._handle, 4000, memoryview(bytearray(200)))
             return str(runtime.submit(reading).exception(timeout=60))
 

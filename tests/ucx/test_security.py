@@ -43,7 +43,7 @@ class Echo(Actor):
 
     @endpoint
     def ucx_address(self) -> tuple[str, str]:
-        transport = context().actor_instance._runtime.transport
+        transport = context().actor_instance.runtime.transport
         return transport.proc_id, transport.data.ucx().listening().result(30)
 
 

@@ -166,7 +166,7 @@ def _caller() -> tuple[SimWorld, str] | None:
     ctx = peek_context()
     if ctx is None:
         return None
-    runtime = ctx.actor_instance._runtime
+    runtime = ctx.actor_instance.runtime
     world: Any = runtime.world
     if world not in _worlds or world.thread != threading.get_ident() or runtime.proc_id == ROOT:
         return None

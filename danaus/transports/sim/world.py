@@ -18,13 +18,12 @@ from typing import Any, NoReturn
 
 from danaus.core import config
 from danaus.core import trace as ev
-from danaus.core.agents import HOST_AGENT, PROC_AGENT, HostAgent, ProcAgent
-from danaus.core.blocking import GreenletRunner
+from danaus.core.blocking import GreenletRunner, cancel_leftover_tasks
 from danaus.core.context import peek_context
 from danaus.core.faults import Faults, Heal, healing_all
 from danaus.core.names import NumberedNames
 from danaus.core.owned import STOP_TIMEOUT
-from danaus.core.runtime import Runtime, cancel_leftover_tasks
+from danaus.core.runtime import Runtime
 from danaus.core.serialize import loads
 from danaus.core.trace import Trace
 from danaus.core.transport import ROOT, ActorRunner, Launcher, ProcSpec, World
@@ -219,7 +218,7 @@ class SimWorld(World):
         self._closed = False
         for host in self._hosts:
             self.network.add_host(host)
-            self.boot(host, host, {HOST_AGENT: HostAgent})
+            self.boot(host, host, host_agent=True)
         self._root = self.boot(ROOT, self._hosts[0])
         self.network.controller_host = self._hosts[0]
         outside_waits.attach(self)
@@ -241,12 +240,11 @@ class SimWorld(World):
     def actor_runner(self, name: str) -> ActorRunner:
         return self._runner
 
-    def boot(self, proc: str, host: str, extra: dict[str, type] | None = None) -> Runtime:
-        """Start proc ``proc`` on ``host`` now."""
+    def boot(self, proc: str, host: str, host_agent: bool = False) -> Runtime:
+        """Start proc ``proc`` on ``host`` now (``host_agent``: it is the host's agent)."""
         transport = self.network.attach(proc, host)
         runtime = Runtime(self, proc, host, host, transport)
-        agents = {PROC_AGENT: ProcAgent, **(extra or {})}
-        runtime.start({key: cls(runtime) for key, cls in agents.items()})
+        runtime.start(host_agent)
         self.procs[proc] = runtime
         if proc != ROOT and proc not in self._pids:  # the controller's code sees its own pid
             self.assign_pid(proc)
@@ -296,7 +294,7 @@ class SimWorld(World):
         task = asyncio.Task(coro, loop=loop, **kwargs)
         ctx = peek_context()
         if ctx is not None:
-            proc = ctx.actor_instance._runtime.proc_id
+            proc = ctx.actor_instance.runtime.proc_id
             tasks = self._tasks.get(proc)
             if tasks is None:
                 tasks = self._tasks[proc] = weakref.WeakSet()

@@ -36,14 +36,13 @@ import zmq
 
 from danaus import tracing
 from danaus.core import awake, config, home_cpu, last_words
-from danaus.core.agents import HOST_AGENT, PROC_AGENT, HostAgent, ProcAgent
 from danaus.core.attach import ATTACH_TIMEOUT
-from danaus.core.blocking import ActorThread
+from danaus.core.blocking import ActorThread, cancel_leftover_tasks
 from danaus.core.bootstrap import BootstrapCommand
 from danaus.core.casting import DEFAULT_FANOUT
 from danaus.core.faults import HostControl
 from danaus.core.owned import STOP_TIMEOUT
-from danaus.core.runtime import Runtime, cancel_leftover_tasks
+from danaus.core.runtime import Runtime
 from danaus.core.serialize import loads
 from danaus.core.trace import Trace
 from danaus.core.transport import ActorRunner, World
@@ -291,9 +290,7 @@ class TcpWorld(World):
         world._loop_thread.start()
         if plan is not None:
             world._attach(plan, job_hosts, ATTACH_TIMEOUT)
-        world._runtime = world._on_loop(
-            lambda: world._make_runtime({PROC_AGENT: ProcAgent, HOST_AGENT: HostAgent})
-        )
+        world._runtime = world._on_loop(lambda: world._make_runtime(host_agent=True))
         world.admin = AdminService(world)
         world.output = world.admin.logs.tee(world.output)
         if world.admin_socket is not None:
@@ -361,11 +358,11 @@ class TcpWorld(World):
             }
         )
 
-    def _make_runtime(self, agents: dict[str, type]) -> Runtime:
+    def _make_runtime(self, host_agent: bool) -> Runtime:
         runtime = Runtime(
             self, self.proc_id, self.host, self.host_agent, self.transport, pid=os.getpid()
         )
-        runtime.start({key: cls(runtime) for key, cls in agents.items()})
+        runtime.start(host_agent)
         return runtime
 
     def _run_loop(self) -> None:
@@ -403,10 +400,7 @@ class TcpWorld(World):
         """Run this worker until its controller tells it to exit (or disappears)."""
         asyncio.set_event_loop(self.loop)
         self._run_setup()
-        agents: dict[str, type] = {PROC_AGENT: ProcAgent}
-        if self.host_agent == self.proc_id:
-            agents[HOST_AGENT] = HostAgent
-        self._runtime = self._make_runtime(agents)
+        self._runtime = self._make_runtime(host_agent=self.host_agent == self.proc_id)
         self.io.call_soon(self._greet)
         self._settle()
         try:
