@@ -2,18 +2,12 @@
 
 Everything users need is importable from here (and from ``danaus.sim``,
 ``danaus.rdma``, ``danaus.chaos`` and ``danaus.spmd``); the modules under ``danaus.core`` are
-the implementation. Importing this package makes no world and configures
-nothing, with one exception: under ``DANAUS_TRANSPORT=sim`` it routes
-``asyncio.run`` to the simulator, since asyncio offers no later hook for that.
+the implementation. Importing this package changes nothing: it makes no world,
+configures nothing and leaves asyncio as it was.
 """
 
-import copyreg as _copyreg
 import importlib as _importlib
-import os as _os
-import sys as _sys
-import types as _types
 
-from danaus.core import config as _config
 from danaus.core.actor import Actor, concurrent_endpoint, endpoint
 from danaus.core.actor_logs import settings as config
 from danaus.core.actor_mesh import ActorMesh
@@ -38,6 +32,7 @@ from danaus.core.ports import Channel, Port, PortReceiver
 from danaus.core.shape import Extent, Point, Shape
 from danaus.core.stopped import LostMember, Stopped
 from danaus.core.supervision import MeshFailure, RestartPolicy
+from danaus.core.supervision import default_unhandled_fault_hook as _default_fault_hook
 from danaus.core.undeliverable import UndeliverableMessageEnvelope
 from danaus.core.value_mesh import ValueMesh
 
@@ -99,37 +94,19 @@ _FROM_WORKERS = ("run_worker_loop_forever", "default_bootstrap_cmd", "make_job_k
 """Names of `danaus.workers`, imported on first use (it imports the tcp transport)."""
 _SUBMODULES = ("sim", "rdma", "chaos", "spmd")
 
+unhandled_fault_hook = _default_fault_hook
+"""Called in the controller for each failure that reaches it unhandled.
 
-class _Danaus(_types.ModuleType):
-    """The package's module: ``unhandled_fault_hook`` is a process setting kept by the config."""
-
-    @property
-    def unhandled_fault_hook(self) -> object:
-        """Called in the controller for each failure that reaches it unhandled.
-
-        Replace it by assignment (``danaus.unhandled_fault_hook = my_hook``). The
-        default prints a report and ends the controller with status 1.
-        """
-        return _config.user_fault_hook()
-
-    @unhandled_fault_hook.setter
-    def unhandled_fault_hook(self, hook: object) -> None:
-        _config.set_user_fault_hook(hook)  # type: ignore[arg-type]
-
-    def __getattr__(self, name: str) -> object:
-        if name in _SUBMODULES:
-            return _importlib.import_module(f"danaus.{name}")
-        if name in _FROM_WORKERS:
-            return getattr(_importlib.import_module("danaus.workers"), name)
-        raise AttributeError(f"module 'danaus' has no attribute {name!r}")
+Replace it by assignment (``danaus.unhandled_fault_hook = my_hook``): it is
+looked up here each time a failure needs it. The default prints a report and
+ends the controller with status 1.
+"""
 
 
-_sys.modules[__name__].__class__ = _Danaus
-# cloudpickle, which carries __main__'s functions to workers, pickles plain modules by
-# name but does not know a module of a subclass: tell pickle to do the same for it.
-_copyreg.pickle(_Danaus, lambda module: (_importlib.import_module, (module.__name__,)))
-
-if _os.environ.get("DANAUS_TRANSPORT") == "sim":
-    from danaus.transports.sim import route_asyncio_run as _route_asyncio_run
-
-    _route_asyncio_run()
+def __getattr__(name: str) -> object:
+    """The submodules and the workers' names, imported on first use."""
+    if name in _SUBMODULES:
+        return _importlib.import_module(f"danaus.{name}")
+    if name in _FROM_WORKERS:
+        return getattr(_importlib.import_module("danaus.workers"), name)
+    raise AttributeError(f"module 'danaus' has no attribute {name!r}")

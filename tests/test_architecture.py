@@ -1,5 +1,5 @@
 """The package's shape: core knows no transport, its modules import each other without a
-cycle, and every module imports on its own."""
+cycle, every module imports on its own, and importing the package changes nothing."""
 
 from __future__ import annotations
 
@@ -176,10 +176,11 @@ def test_every_module_imports_alone_in_a_fresh_interpreter():
 
 
 NO_SIDE_EFFECTS = """
-import asyncio, atexit, sys, threading
+import asyncio, atexit, sys, threading, types
 policy = type(asyncio.get_event_loop_policy())
 import danaus
 from danaus.core import config
+assert type(danaus) is types.ModuleType, "the package's module class changed"
 assert config.installed() is None, "a world was made"
 assert type(asyncio.get_event_loop_policy()) is policy, "the event loop policy changed"
 assert threading.active_count() == 1, "a thread was started"
@@ -188,8 +189,12 @@ print("clean")
 """
 
 
-def test_importing_danaus_makes_no_world_and_changes_nothing():
+@pytest.mark.parametrize("transport", [None, "sim", "tcp"])
+def test_importing_danaus_makes_no_world_and_changes_nothing(transport):
+    """Whatever transport the environment selects, importing only defines names."""
     env = {k: v for k, v in os.environ.items() if k != "DANAUS_TRANSPORT"}
+    if transport is not None:
+        env["DANAUS_TRANSPORT"] = transport
     done = subprocess.run(
         [sys.executable, "-c", NO_SIDE_EFFECTS],
         cwd=ROOT,

@@ -8,6 +8,7 @@ import itertools
 import json
 import logging
 import math
+import os
 import random
 import subprocess
 import sys
@@ -754,6 +755,36 @@ def test_the_loop_factory_needs_the_simulator_selected(monkeypatch):
     monkeypatch.setattr(config, "selected", lambda: "tcp")
     with pytest.raises(RuntimeError, match='configure\\(transport="sim"'):
         danaus.sim.loop_factory()
+
+
+FIRST_USE_IN_ASYNCIO_RUN = """
+import asyncio
+import danaus
+
+async def main():
+    return danaus.this_host()
+
+try:
+    asyncio.run(main())
+except RuntimeError as error:
+    print(error)
+"""
+
+
+def test_a_first_use_inside_asyncio_s_own_loop_says_how_to_reach_the_simulator():
+    """Importing danaus routes nothing: under ``DANAUS_TRANSPORT=sim``, a program whose first
+    use of Danaus comes inside ``asyncio.run`` is told what to do, rather than hang."""
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-c", FIRST_USE_IN_ASYNCIO_RUN],
+        cwd=root,
+        env={**os.environ, "DANAUS_TRANSPORT": "sim"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "call danaus.configure() before asyncio.run" in done.stdout
 
 
 def test_the_loop_benchmark_prints_what_it_promises():

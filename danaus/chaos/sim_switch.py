@@ -113,7 +113,9 @@ class SimSwitch:
 
     def pytest_configure(self, config: pytest.Config) -> None:
         os.environ["DANAUS_TRANSPORT"] = "sim"
-        route_asyncio_run()  # danaus may have been imported before the variable was set
+        # A test's first use of Danaus may come inside asyncio.run: its loop must be the
+        # simulator's already, as importing danaus routes nothing.
+        route_asyncio_run()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None) -> bool:

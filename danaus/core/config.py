@@ -5,10 +5,10 @@ the choice: ``configure(transport=..., **options)`` if called, else the
 ``DANAUS_TRANSPORT`` environment variable, else ``tcp``. Options go to the
 transport's ``create_world``, except those every world takes (``cast_fanout``).
 
-What the process itself holds is only what the user set for it: that choice,
-the unhandled-fault hook (``danaus.unhandled_fault_hook``, a process-wide
-setting in Monarch's API too) and which world is current. Everything about a
-run (its hook if it sets one, fault sites, random source, trace) belongs to
+What the process itself holds is only what the user set for it: that choice
+and which world is current (and ``danaus.unhandled_fault_hook``, a process-wide
+setting in Monarch's API too, which the package itself holds). Everything about
+a run (its hook if it sets one, fault sites, random source, trace) belongs to
 its `World`, so worlds made one after the other share nothing.
 """
 
@@ -18,6 +18,7 @@ import atexit
 import importlib
 import inspect
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +42,6 @@ class Choice:
 
 _choice: Choice | None = None
 _world: World | None = None
-_fault_hook: FaultHook = default_unhandled_fault_hook
 _exit_registered = False
 
 
@@ -146,18 +146,14 @@ def shutdown() -> None:
 
 
 def fault_hook(world: World) -> FaultHook:
-    """The hook for failures that reach ``world``'s root: the run's own, else the process's."""
-    return world.fault_hook if world.fault_hook is not None else _fault_hook
+    """The hook for failures that reach ``world``'s root: the run's own, else the process's.
 
-
-def user_fault_hook() -> FaultHook:
-    """``danaus.unhandled_fault_hook`` as the user last set it."""
-    return _fault_hook
-
-
-def set_user_fault_hook(hook: FaultHook) -> None:
-    """What assigning ``danaus.unhandled_fault_hook`` does."""
-    global _fault_hook
-    if not callable(hook):
-        raise TypeError(f"unhandled_fault_hook must be callable, not {hook!r}")
-    _fault_hook = hook
+    The process's is ``danaus.unhandled_fault_hook``, read from the package where
+    users assign it (as Monarch reads its own); a process that never imported
+    the package has the default.
+    """
+    if world.fault_hook is not None:
+        return world.fault_hook
+    package = sys.modules.get("danaus")
+    hook: FaultHook = getattr(package, "unhandled_fault_hook", default_unhandled_fault_hook)
+    return hook

@@ -36,6 +36,19 @@ World = SimWorld
 
 
 def create_world(cast_fanout: int = DEFAULT_FANOUT, **options: Any) -> SimWorld:
+    try:
+        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    # Importing danaus leaves asyncio alone, so a program whose first use of Danaus is inside
+    # asyncio.run is already on asyncio's own loop: the simulated procs could never run there.
+    if running is not None and not isinstance(running, VirtualTimeLoop):
+        raise RuntimeError(
+            "Danaus runs on the simulator, whose own event loop must run this program's async "
+            "code, but the program's first use of Danaus came on another loop (inside "
+            "asyncio.run, say): call danaus.configure() before asyncio.run, or run the "
+            "coroutine with loop_factory=danaus.sim.loop_factory"
+        )
     world = SimWorld(**options)
     world.cast_fanout = cast_fanout
     return world
