@@ -9,6 +9,7 @@ import importlib.util
 import json
 import os
 import pkgutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -109,6 +110,31 @@ def test_the_cycle_checker_sees_imports_inside_functions_but_not_for_types(tmp_p
     assert graph == {"pkg.a": {"pkg.b"}, "pkg.b": {"pkg.a"}, "pkg.c": set()}
     assert sorted(set(import_cycle(graph) or ())) == ["pkg.a", "pkg.b"]
     assert import_cycle({**graph, "pkg.b": set()}) is None
+
+
+def documented_layers() -> list[set[str]]:
+    """The modules of each layer of core, from the table of ``docs/architecture.md``."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    rows = re.findall(r"^\| \d+\. [^|]+\| ([^|]+) \|", page, re.MULTILINE)
+    return [set(re.findall(r"`(\w+)`", row)) for row in rows]
+
+
+def test_each_module_of_core_imports_only_from_its_layer_or_those_below_as_documented():
+    layers = documented_layers()
+    assert len(layers) == 5
+    layer_of = {
+        f"danaus.core.{name}": number for number, names in enumerate(layers) for name in names
+    }
+    assert sum(map(len, layers)) == len(layer_of), "a module is in two layers"
+    graph = import_graph(PACKAGE / "core", "danaus.core")
+    assert set(layer_of) == set(graph), "the table lists other modules than core has"
+    upward = sorted(
+        f"{module} imports {other}"
+        for module, others in graph.items()
+        for other in others
+        if layer_of[other] > layer_of[module]
+    )
+    assert upward == []
 
 
 def all_modules() -> list[str]:

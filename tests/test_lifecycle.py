@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import re
 import sys
 import time
 from collections.abc import Iterator
@@ -209,3 +210,14 @@ def test_an_instance_has_no_state_of_its_own_to_write():
     """What `Instance.state` gives is its lifecycle's, read-only."""
     assert "state" not in Instance.__slots__
     assert isinstance(Instance.state, property) and Instance.state.fset is None
+
+
+def test_the_architecture_page_shows_the_table_of_the_code():
+    page = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
+    section = page.read_text().split("## An actor's life")[1].split("\n## ")[0]
+    rows = re.findall(r"^\| `(\w+)` \|([^|\n]*)\|", section, re.MULTILINE)
+    shown = {
+        ActorState(state): frozenset(ActorState(to) for to in re.findall(r"`(\w+)`", tos))
+        for state, tos in rows
+    }
+    assert shown == dict(TRANSITIONS)
