@@ -110,8 +110,6 @@ class OtelObserver(Observer):
         self._open: dict[tuple[str, int], tuple[Any, float, dict[str, Any]]] = {}
         """Client spans waiting for their port to close: (proc, port) -> span, start, labels."""
 
-    # ---- the hooks ------------------------------------------------------------------------
-
     def attach(self, runtime: Runtime) -> None:
         self._runtimes.add(runtime)
 

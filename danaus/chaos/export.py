@@ -89,8 +89,6 @@ def _fields(e: Event) -> str:
     return ", ".join(f"{k}={v}" for k, v in e.fields().items())
 
 
-# ---- Perfetto ----------------------------------------------------------------------------
-
 PID = 1
 SLICE_US = 1.0
 
@@ -156,8 +154,6 @@ def write_perfetto(events: Sequence[Event], path: str | Path) -> None:
     with open(path, "w") as f:
         json.dump(to_perfetto(events), f, separators=(",", ":"))
 
-
-# ---- HTML --------------------------------------------------------------------------------
 
 MAX_MESSAGES = 2000
 ROW = 16  # pixels between consecutive instants

@@ -46,8 +46,6 @@ class Nemesis:
         for index in sorted(self._heals):
             self._heals[index]()
 
-    # ---- applying ---------------------------------------------------------------------
-
     def _apply(self, index: int, fault: Fault) -> None:
         try:
             heal = self._fault(fault)
@@ -101,8 +99,6 @@ class Nemesis:
         if not rest:
             raise FaultUnsupported("the partition has no other side")
         return faults.partition(side, rest, one_way=fault.one_way)
-
-    # ---- targets ----------------------------------------------------------------------
 
     def _host(self, index: int) -> str:
         hosts = self.world.hosts()

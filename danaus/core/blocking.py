@@ -57,6 +57,8 @@ class _EndpointGreenlet(greenlet.greenlet):
     def _serve(self, fn: Callable[[], Any]) -> None:
         loop = self.loop
         while True:
+            # Sync code sees no running loop, as it would on a thread of its own (asyncio.run
+            # in a sync endpoint works); the loop's task gets it back when the code returns.
             asyncio._set_running_loop(None)
             try:
                 ended = [_DONE, True, fn()]
@@ -269,6 +271,8 @@ class ActorThread(ActorRunner):
             self.loop.close()
 
     async def call_sync(self, fn: Callable[[], Any]) -> Any:
+        # The sync endpoint runs on this thread, inside the loop's task: it must see no
+        # running loop (as in a thread of its own), or asyncio.run in it would refuse.
         asyncio._set_running_loop(None)
         try:
             return contextvars.copy_context().run(fn)

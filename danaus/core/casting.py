@@ -420,6 +420,8 @@ class Relays:
             part = targets.part(start + 1, stop)
             cast = Cast(call, relay.origin, hop, relay.fanout, part.procs, part.points, part.seqs)
             frames = encode(cast, relay.payload)
+            # Checked and recorded at once: a loss reported between the two would find no hop
+            # to take back, and the part would wait for an acknowledgement that never comes.
             with self._lock:
                 if runtime.is_lost(child):
                     orphaned.append(part)

@@ -326,6 +326,8 @@ class Dispatcher:
             if self._controlling is None:
                 self._controlling = self.instance.loop.create_task(self._run_controls())
         else:
+            # Ahead of the queued messages: a failure of an owned mesh must be handled before
+            # the actor serves more calls that may depend on that mesh.
             self.life.mailbox.put_first(item)
 
     async def _run_controls(self) -> None:

@@ -134,6 +134,8 @@ class Lifecycle:
         if blob is not None:
             if not await dispatch.construct(blob):
                 return
+            # Refused if a stop came during __init__: the actor is stopping, and the loop
+            # below serves the messages queued before the stop's marker, then ends.
             self.transition(RUNNING)
         items = mailbox.items
         handle = dispatch.handle
@@ -203,6 +205,9 @@ class Lifecycle:
         if instance.owner is not None:
             runtime.send_failure(instance, instance.owner, failure)
         error = self.failure_error()
+        # A failure from another task (a failure handled while an async endpoint is
+        # suspended) ends that endpoint now. One raised by the message loop's own task is
+        # already ending its call, and cancelling that task would cancel the wind-down too.
         if self.dispatch.in_async_call and asyncio.current_task() is not self.task:
             self.interrupt(error)
         self.refuse_queued(error)
@@ -252,6 +257,8 @@ class Lifecycle:
         if self.stopped is None:
             return
         try:
+            # Shielded: a timeout here must not cancel `stopped`, which others wait on and
+            # which the actor's own wind-down settles.
             await asyncio.wait_for(asyncio.shield(self.stopped), timeout)
         except asyncio.TimeoutError:
             actor = self.instance.actor_id
@@ -264,6 +271,8 @@ class Lifecycle:
         The calls it runs are answered from here, even if the actor's thread is
         stuck in one; the rest happens on that thread when it next gets to it.
         """
+        # The callers are answered from this thread first: the actor's thread may be stuck in
+        # the very call, and an abandon exists so that they need not wait for it.
         self.dispatch.drop_running(reason)
         self.dispatch.drop_concurrent(reason)
         self.mailbox.hand_off(self._end_abandoned, reason)

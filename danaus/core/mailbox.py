@@ -84,6 +84,8 @@ class Mailbox:
         try:
             self.loop.call_soon_threadsafe(fn, *args)
         except RuntimeError:
+            # The actor's loop is closed: its thread has ended, so nothing else runs the
+            # actor's code, and running ``fn`` here races with nobody.
             fn(*args)
 
     def on_own_thread(self, fn: Callable[..., None], *args: Any) -> None:
@@ -107,6 +109,9 @@ class Mailbox:
             self._accept(src, call, payload)
             return
         self._inbox.append((src, call, payload))
+        # The flag is set before the hand-off and cleared by the actor's thread before it
+        # drains: a message appended after the drain began is either drained too or finds
+        # the flag clear and asks for another wake-up. None is left behind.
         if not self._inbox_woken:
             self._inbox_woken = True
             self.hand_off(self._take_inbox)

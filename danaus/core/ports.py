@@ -276,6 +276,9 @@ class QueueHandler(PortHandler):
             waiter = self._waiters.popleft() if self._waiters else None
             if waiter is None:
                 self._queue.append((rank, payload, error))
+        # Decoded outside the lock: unpickling may take long, or wait for another thread's
+        # import (`danaus.core.imports`), and receivers on other threads need the lock only
+        # to look at the queue.
         if waiter is not None:
             _hand_over(*waiter, rank, *decode(payload, error, _a_port_message))
         if self.once:

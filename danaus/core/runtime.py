@@ -160,6 +160,8 @@ class Runtime:
 
     def on_loop(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the loop thread: now if already there (or the loop is idle)."""
+        # A loop that is not running yet (or any more) has no thread to hand work to: the
+        # caller is the only one touching the runtime then, so it may run ``fn`` itself.
         if self.loop.is_running() and asyncio._get_running_loop() is not self.loop:
             self.loop.call_soon_threadsafe(fn, *args)
         else:
@@ -181,8 +183,6 @@ class Runtime:
         afut = self.loop.create_future()
         afut.set_result(value)
         return Future(self.loop, afut)
-
-    # ---- sending -------------------------------------------------------------------
 
     def check_size(self, payload: Sequence[Buffer], what: str, *about: object) -> None:
         """Raise `MessageTooLargeError` if ``payload`` is over the job's ``max_message_bytes``.
@@ -367,8 +367,6 @@ class Runtime:
         message = UndeliverableMessageEnvelope(sender, dest, why)
         self.transport.send(src, encode(Returned(sender, seq), dumps(message)))
 
-    # ---- ports ---------------------------------------------------------------------
-
     def open_port(self, handler: PortHandler) -> PortRef:
         handler.table = self
         handler.port = self._next_number()
@@ -399,8 +397,6 @@ class Runtime:
             for handler in self._ports.values()
             if isinstance(handler, ReplyHandler) and handler.remaining
         ]
-
-    # ---- actors --------------------------------------------------------------------
 
     def spawn(self, order: SpawnOrder, rank: Point) -> Instance:
         """Host member ``rank`` of a new actor mesh, and hand it the messages that arrived
@@ -435,8 +431,6 @@ class Runtime:
     def instances(self) -> list[Instance]:
         """Every instance here: the client, the agents and the user actors."""
         return [self.client, *self._actors.values()]
-
-    # ---- receiving -----------------------------------------------------------------
 
     def _on_frames(self, src: str, frames: list[Buffer]) -> None:
         try:
@@ -605,8 +599,6 @@ class Runtime:
             if isinstance(handler, ReplyHandler) and handler.cast is not None:
                 self.relays.resend(handler.cast, loss.proc)
             handler.lost(loss.proc, error)
-
-    # ---- shutdown ------------------------------------------------------------------
 
     async def stop_actors(self, keys: Sequence[str] | None, timeout: float | None) -> None:
         """Stop the given actors (None: all user actors) gracefully, within ``timeout``."""

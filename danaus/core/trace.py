@@ -42,9 +42,6 @@ class Event(msgspec.Struct, tag_field="kind", kw_only=True, gc=False):
 _BASE = frozenset(Event.__struct_fields__)
 
 
-# ---- procs ------------------------------------------------------------------------------
-
-
 class Boot(Event, tag="boot"):
     """A proc started on ``host``."""
 
@@ -72,9 +69,6 @@ class Lost(Event, tag="lost"):
     reason: str
 
 
-# ---- actors -----------------------------------------------------------------------------
-
-
 class Spawn(Event, tag="spawn"):
     """Member ``rank`` of mesh ``mesh`` started as ``actor``; ``owner`` is the owner's proc."""
 
@@ -96,9 +90,6 @@ class Fail(Event, tag="fail"):
 
     actor: str
     cause: str
-
-
-# ---- messages ---------------------------------------------------------------------------
 
 
 class Sent(Event):
@@ -157,9 +148,6 @@ def message_key(event: Sent | Received) -> tuple[bool, str, int, str]:
     return isinstance(event, (CallSent, CallReceived)), event.src, event.seq, dst
 
 
-# ---- casts along a tree -------------------------------------------------------------------
-
-
 class Forwarded(Event, tag="forward-call"):
     """``proc`` passed call (``src``, ``seq``) on to ``to``, for ``procs`` procs (``to``'s part
     of the tree, ``to`` included); ``hop`` names it until ``to`` acknowledges it (None: its
@@ -188,9 +176,6 @@ class CallDropped(Event, tag="drop-call"):
     why: str
 
 
-# ---- supervision ------------------------------------------------------------------------
-
-
 class Failure(Event, tag="failure"):
     """The owner's proc learned that member ``rank`` of ``mesh`` failed."""
 
@@ -217,9 +202,6 @@ class Unhandled(Event, tag="unhandled"):
 
     mesh: str
     cause: str
-
-
-# ---- chaos --------------------------------------------------------------------------------
 
 
 class FaultApplied(Event, tag="fault"):

@@ -112,8 +112,6 @@ class Dashboard:
         self._epoch = source.epoch
         self._poller: asyncio.Task[None] | None = None
 
-    # ---- polling ------------------------------------------------------------------------
-
     async def start(self) -> None:
         self._poller = asyncio.get_running_loop().create_task(self._poll_forever())
 
@@ -177,8 +175,6 @@ class Dashboard:
         event = _event(name, data)
         for page in list(self._pages):
             page.push(event)
-
-    # ---- the web side -------------------------------------------------------------------
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self.access.middleware(), _headers])

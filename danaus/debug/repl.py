@@ -74,8 +74,6 @@ class DebugRepl(cmd.Cmd):
                 self._say("")
         return 0
 
-    # ---- commands ---------------------------------------------------------------------
-
     def do_list(self, arg: str) -> None:
         """list (l): the stopped ranks, with their session ids."""
         self._show_sessions(self._sessions())
@@ -119,8 +117,6 @@ class DebugRepl(cmd.Cmd):
         self._say("")
         return True
 
-    # ---- cmd.Cmd's hooks --------------------------------------------------------------
-
     def precmd(self, line: str) -> str:
         verb, sep, rest = line.strip().partition(" ")
         return f"{ALIASES.get(verb, verb)}{sep}{rest}"
@@ -133,8 +129,6 @@ class DebugRepl(cmd.Cmd):
 
     def get_names(self) -> list[str]:
         return [name for name in super().get_names() if name != "do_EOF"]
-
-    # ---- the sessions -----------------------------------------------------------------
 
     def _sessions(self) -> list[SessionView]:
         answer = self._client.ask(protocol.ListSessions())

@@ -55,8 +55,6 @@ class Sessions:
         self._sessions: dict[int, _Session] = {}
         self._ids = itertools.count(1)
 
-    # ---- the ranks' side -----------------------------------------------------------------
-
     def register(self, view: SessionView) -> int:
         """A rank stopped: its session id."""
         session = _Session(msgspec.structs.replace(view, id=next(self._ids)))
@@ -78,8 +76,6 @@ class Sessions:
         if session is not None:
             session.output.append(output)
             self._end(session)
-
-    # ---- the tool's side -----------------------------------------------------------------
 
     def views(self) -> list[SessionView]:
         """The stopped ranks, in the order they stopped."""
@@ -130,9 +126,6 @@ def sessions_of(runtime: Runtime) -> Sessions:
     if admin is None:
         raise RuntimeError("this job's controller serves no debugger")
     return admin.sessions
-
-
-# ---- what a rank asks the controller, through ProcAgent.probe ---------------------------
 
 
 def register(view: SessionView, runtime: Runtime) -> int:

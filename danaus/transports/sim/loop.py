@@ -221,8 +221,6 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
             f"closed={self._closed} debug={self._debug}>"
         )
 
-    # ---- running and stopping ------------------------------------------------------------
-
     def run_forever(self) -> None:
         """Run callbacks, timers and the simulation until `stop()` is called."""
         self._check_closed()
@@ -337,8 +335,6 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
             raise RuntimeError("This event loop is already running")
         if asyncio._get_running_loop() is not None:
             raise RuntimeError("Cannot run the event loop while another loop is running")
-
-    # ---- one iteration ----------------------------------------------------------------------
 
     def _run_once(self) -> None:
         """One iteration: the steps of the module docstring."""
@@ -500,8 +496,6 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
             detail = f"(describing the stall failed: {exc!r})"
         return f"{_STALLED}\n{detail}" if detail else _STALLED
 
-    # ---- scheduling callbacks ------------------------------------------------------------
-
     def time(self) -> float:
         """The virtual time: the timeline's clock."""
         return self.timeline.now
@@ -559,8 +553,6 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
         heapq.heappush(self._timers, (when, timer))
         return timer
 
-    # ---- futures and tasks ----------------------------------------------------------------
-
     def create_future(self) -> asyncio.Future[Any]:
         return asyncio.Future(loop=self)
 
@@ -606,8 +598,6 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
         self._asyncgens.discard(agen)
         if not self._closed:
             self.call_soon_threadsafe(self.create_task, agen.aclose())
-
-    # ---- errors and debug mode -----------------------------------------------------------
 
     def get_exception_handler(self) -> ExceptionHandler | None:
         return self._exception_handler
@@ -678,8 +668,6 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
     def set_debug(self, enabled: bool) -> None:
         """In debug mode futures record where they were made, and callbacks are checked."""
         self._debug = enabled
-
-    # ---- what does not exist in virtual time -----------------------------------------------
 
     def run_in_executor(self, executor: Any, func: Callable[..., T], *args: Any) -> Any:
         raise NotImplementedError(

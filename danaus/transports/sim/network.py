@@ -343,8 +343,6 @@ class SimNetwork:
             if not op.future.done():
                 op.future.set_exception(error)
 
-    # ---- faults: each returns what heals it --------------------------------------------
-
     def pause(self, proc: str) -> Heal:
         """``proc`` stops answering: nothing in or out until resumed.
 
@@ -563,8 +561,6 @@ class SimNetwork:
                 message.deliver()
             elif endpoint.on_frames is not None:
                 endpoint.on_frames(message.src, message.frames)
-
-    # ---- registered memory ------------------------------------------------------------
 
     def register(self, proc: str, view: memoryview) -> MemoryHandle:
         key = next(self._memory_keys)

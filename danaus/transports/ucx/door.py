@@ -158,8 +158,6 @@ class Door:
             await asyncio.wait(self._tasks, timeout=1)
         self._listener = None  # ucxx closes a listener that nothing refers to
 
-    # ---- connection requests ---------------------------------------------------------------
-
     def _requested(self, ucx_endpoint: Any) -> None:
         """UCX made an endpoint of a connection request (on UCX's progress thread)."""
         self._loop.call_soon_threadsafe(self._arrived, ucx_endpoint)
@@ -228,8 +226,6 @@ class Door:
         host = arrival.peer[0] if arrival.peer is not None else None
         self._refusals.refused(self._where, host, reason)
         arrival.abort()
-
-    # ---- connections that are no connection request ---------------------------------------
 
     def _sweep(self) -> None:
         """Shut down the accepted connections that may not wait any longer (see the module)."""

@@ -214,8 +214,6 @@ class UcxPlane:
         """This plane's address (``host:port``), once its listener listens (from any thread)."""
         return self._listening
 
-    # ---- sending ----------------------------------------------------------------------
-
     def send(self, dest: str, message: list[Any]) -> None:
         """Queue ``message`` (kind frame first) for ``dest``, from any thread."""
         self.loop.call_soon_threadsafe(self._enqueue, dest, message)
@@ -308,8 +306,6 @@ class UcxPlane:
         if task is not None:
             task.cancel()
 
-    # ---- receiving --------------------------------------------------------------------
-
     async def _serve(self, endpoint: Any, src: str) -> None:
         """Receive the messages of member ``src`` until it says `BYE`."""
         header = bytearray(framing.HEADER_BYTES)
@@ -360,8 +356,6 @@ class UcxPlane:
             if size:
                 with contextlib.suppress(ucxx.exceptions.UCXMessageTruncatedError):
                     await endpoint.recv(dropped)
-
-    # ---- ending -----------------------------------------------------------------------
 
     def stop(self) -> None:
         """Close this plane's listener and endpoints; after the process's last plane, UCX."""

@@ -173,8 +173,6 @@ class OneSidedMemory:
         self._closed = False
         io.call_soon(io.add_reader, native.eventfd, self._drain)
 
-    # ---- any thread -------------------------------------------------------------------
-
     def token(self) -> int:
         """A fresh id for a transfer (thread-safe)."""
         return next(self._tokens)
@@ -220,8 +218,6 @@ class OneSidedMemory:
             token = self.token()
             self._retiring[token] = memory
             self._native.unmap(region, token)
-
-    # ---- I/O thread ---------------------------------------------------------------------
 
     def start(
         self,

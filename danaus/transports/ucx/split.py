@@ -154,8 +154,6 @@ class SplitPlane:
         """The loop's thread has been asked to hand on `_ready`."""
         self._stopping = False
 
-    # ---- UCX, started on demand -----------------------------------------------------------
-
     def ucx(self) -> UcxPlane:
         """This proc's UCX plane, started now if it was not; raises `UcxUnavailable`."""
         with self._starting:
@@ -209,8 +207,6 @@ class SplitPlane:
                     self._sent[src] = 0
         else:
             log.info("proc %s: large messages to %s stay on TCP: %s", self._proc, src, text)
-
-    # ---- receiving --------------------------------------------------------------------
 
     def arrived(self, src: str, frames: list[Any]) -> None:
         """A message from the UCX plane (on its thread), numbered: hand it on in order."""
@@ -333,8 +329,6 @@ class SplitPlane:
             self._refuse(src, message.frames, message.reason)
         else:
             self._receive(src, message)
-
-    # ---- the plane's contract -----------------------------------------------------------
 
     def start(self) -> None:
         self.small.start()

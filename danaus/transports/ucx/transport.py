@@ -89,8 +89,6 @@ class UcxTransport(TcpTransport):
         )
         return split
 
-    # ---- one-sided memory, started on first use ---------------------------------------
-
     @property
     def one_sided(self) -> rma.OneSidedMemory | None:
         """This proc's one-sided registrations (started now if not yet), or None."""
@@ -121,8 +119,6 @@ class UcxTransport(TcpTransport):
         """The one-sided registrations if they were ever started (never starts them)."""
         with self._memory_lock:
             return self._one_sided
-
-    # ---- registered memory --------------------------------------------------------------
 
     def register(self, buffer: Memory) -> MemoryHandle:
         if self.one_sided is None:
@@ -192,8 +188,6 @@ class UcxTransport(TcpTransport):
             settle(memory_owner_lost(loss))
         else:
             self.one_sided.start(token, handle, offset, local, write, settle)
-
-    # ---- I/O thread ---------------------------------------------------------------------
 
     def _memory_message(self, src: str, frames: list[Any]) -> None:
         """A peer dropped one of this proc's one-sided buffers; the rest is served as on tcp."""

@@ -106,15 +106,11 @@ class MessageChannel(Channel):
         for index in range(RECEIVES):
             self._post_receive(index)
 
-    # ---- set-up -------------------------------------------------------------------------
-
     def ready(self) -> None:
         """Connected both ways: sending may start."""
         self.state = "ready"
         self._start_reads()
         self.pump()
-
-    # ---- sending ------------------------------------------------------------------------
 
     def send(self, message: list[Any]) -> None:
         self._queue.append(message)
@@ -187,8 +183,6 @@ class MessageChannel(Channel):
         address = self._arena_pin.iova(index * BUFFER_BYTES)
         self._post(self.qp.post_recv, index, address, BUFFER_BYTES, self._lkey)
 
-    # ---- completions --------------------------------------------------------------------
-
     def completed(self, completion: Completion) -> None:
         if completion.status is not WcStatus.SUCCESS:
             self.broken(f"a work request ended with {completion.status.name}")
@@ -229,8 +223,6 @@ class MessageChannel(Channel):
         self._start_reads()
         self._deliver_ready()
         self.pump()
-
-    # ---- large frames -------------------------------------------------------------------
 
     def _arrived(self, message: Incoming) -> None:
         delivery = _Delivery(message)
@@ -292,8 +284,6 @@ class MessageChannel(Channel):
                 self._refused(self.peer, message.frames, message.error)
             else:
                 self._deliver(self.peer, message.frames)
-
-    # ---- failure and the end ------------------------------------------------------------
 
     def broken(self, reason: str) -> None:
         super().broken(reason)

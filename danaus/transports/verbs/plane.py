@@ -98,8 +98,6 @@ class VerbsPlane:
     def start(self) -> None:
         """Channels are made on first use; nothing to do."""
 
-    # ---- any thread -----------------------------------------------------------------------
-
     def send(self, dest: str, message: list[Any]) -> None:
         """Queue ``message`` (kind frame first) for ``dest``."""
         self.context.io.call_soon(self._send, dest, message)
@@ -123,8 +121,6 @@ class VerbsPlane:
         self.context.io.call_soon(self._drain, time.monotonic() + LINGER, done)
         if not done.wait(LINGER + 1):
             log.warning("verbs: proc %s stopped before its plane closed", self._proc)
-
-    # ---- the I/O thread -------------------------------------------------------------------
 
     def handle(self, src: str, message: setup.Setup) -> None:
         """A set-up message from member ``src``."""

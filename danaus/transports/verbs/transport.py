@@ -65,8 +65,6 @@ class VerbsTransport(TcpTransport):
             self._refused_on_plane,
         )
 
-    # ---- memory -------------------------------------------------------------------------
-
     def register(self, buffer: Memory) -> MemoryHandle:
         return self.data.buffers.register(buffer)
 
@@ -112,8 +110,6 @@ class VerbsTransport(TcpTransport):
     def _abort(self, operation: Operation, stopped: Callable[[BaseException | None], None]) -> None:
         self.data.abort(operation)
         stopped(None)
-
-    # ---- set-up messages and unreachable peers (I/O thread) --------------------------------
 
     def _send_setup(self, dest: str, message: setup.Setup) -> None:
         self._send_raw(dest, [MEMORY, setup.encode(message)])

@@ -77,8 +77,6 @@ class Nic:
         self._thread = threading.Thread(target=self._run, name="danaus-verbs-nic", daemon=True)
         self._thread.start()
 
-    # ---- device calls (any thread) ------------------------------------------------------
-
     def new_key(self) -> int:
         while True:
             key = random.getrandbits(32)
@@ -180,8 +178,6 @@ class Nic:
         if threading.current_thread() is not self._thread:
             self._thread.join(5)
 
-    # ---- the thread -----------------------------------------------------------------------
-
     def _ring(self) -> None:
         with self.lock:
             if self._rung or self._doorbell < 0:
@@ -234,8 +230,6 @@ class Nic:
     ) -> None:
         if not self._links.send(gid, header, payload):
             self.counters.packets_dropped += 1
-
-    # ---- packets --------------------------------------------------------------------------
 
     def _arrived(self, link: Link, header: Header) -> None:
         qp = self.qps.get(header.dst_qpn)
@@ -380,8 +374,6 @@ class Nic:
         opcode = completion_opcode(request)
         self._complete(qp, request.wr_id, WcStatus.SUCCESS, opcode, request.length)
 
-    # ---- the requester --------------------------------------------------------------------
-
     def _transmit(self, qp: Qp) -> None:
         if qp.state is not QpState.RTS or time.monotonic() < qp.rnr_until:
             return
@@ -438,8 +430,6 @@ class Nic:
                 self.counters.retransmissions += 1
                 self._rewind(qp, 0.0)
                 self._transmit(qp)
-
-    # ---- completions and errors -----------------------------------------------------------
 
     def _local(self, lkey: int, address: int, length: int, write: bool) -> memoryview | None:
         region = self._by_lkey.get(lkey)
