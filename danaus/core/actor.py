@@ -113,7 +113,11 @@ class EndpointSpec:
         if self._signature is None:
             sig = inspect.Signature(
                 [
-                    inspect.Parameter(name, kind, default=_DEFAULT if has else _NO_DEFAULT)
+                    inspect.Parameter(
+                        name,
+                        kind,  # type: ignore[arg-type]  # inspect makes the int its kind
+                        default=_DEFAULT if has else _NO_DEFAULT,
+                    )
                     for name, kind, has in self.params
                 ]
             )

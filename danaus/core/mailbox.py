@@ -72,7 +72,7 @@ class Mailbox:
         """
         return len(self.items) + self.posted - self.accepted
 
-    def hand_off(self, fn: Callable[..., None], *args: Any) -> None:
+    def hand_off(self, fn: Callable[..., object], *args: Any) -> None:
         """Run ``fn(*args)`` on the actor's thread: at once if its loop is the runtime's.
 
         Once the actor's loop takes no more work, the actor is gone; ``fn``

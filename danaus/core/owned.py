@@ -10,7 +10,7 @@ given by whoever makes the view (`danaus.core.mesh`).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from danaus.core.errors import MeshStoppedError, SupervisionError
@@ -20,16 +20,15 @@ from danaus.core.stopped import Stopped
 from danaus.core.supervision import MeshFailure, RestartBudget, RestartPolicy
 
 if TYPE_CHECKING:
-    from danaus.core.actor_mesh import ActorMesh
+    from danaus.core.actor_mesh import Mesh
     from danaus.core.future import Future
     from danaus.core.instance import Instance
-    from danaus.core.mesh import HostMesh, ProcMesh
     from danaus.core.spawn_order import SpawnOrder
 
 STOP_TIMEOUT = 10.0
 """Seconds a graceful stop may take before actors are abandoned and procs killed."""
 
-StopMembers = Callable[["OwnedMesh", float], Awaitable[Stopped]]
+StopMembers = Callable[["OwnedMesh", float], Coroutine[Any, Any, Stopped]]
 """How the members of one kind of mesh are stopped, given its owner's view and a timeout."""
 
 
@@ -56,7 +55,7 @@ class OwnedMesh:
         self.kind = kind
         self.whole = Placement(mesh_id, name, procs, shape, self)
         """The whole mesh as spawned (its id, name, procs and shape)."""
-        self.mesh: HostMesh | ProcMesh | ActorMesh[Any] | None = None
+        self.mesh: Mesh | None = None
         """The mesh object its owner was given (what a `MeshFailure` names as its mesh)."""
         self._stop_members = stop_members
         self.actor_class = actor_class
@@ -136,7 +135,7 @@ class OwnedMesh:
             return await self.stop_members(timeout)
         return Stopped()
 
-    def stop_members(self, timeout: float) -> Awaitable[Stopped]:
+    def stop_members(self, timeout: float) -> Coroutine[Any, Any, Stopped]:
         """Stop the members of the mesh, which `end` has ended."""
         return self._stop_members(self, timeout)
 
