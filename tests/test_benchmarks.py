@@ -86,7 +86,7 @@ def test_sim_scale_small() -> None:
     assert scale["round_messages"] == 2 * 2 * 64
     for key in ("cpu_s", "round_cpu_s", "round_messages_per_cpu_s"):
         assert scale[key] > 0, (key, scale)
-    assert scale["round_gc_cpu_s"] >= 0
+    assert scale["round_gc_cpu_s"] >= 0 and scale["setup_gc_cpu_s"] >= 0
     assert chaos["benchmark"] == "chaos_training" and chaos["seeds"] == 5
     assert chaos["faults"] > 0 and chaos["failed_seeds"] == 0
     for key in ("seeds_per_wall_minute", "simulated_s_per_wall_s", "simulated_s"):
