@@ -22,6 +22,8 @@ EXPECTED = {
     "payload_tensor_1MiB": PAYLOAD_KEYS,
     "payload_tensor_64MiB": PAYLOAD_KEYS,
     "mesh_up_4": {"runs", "procs", "danaus_median_s", "danaus_first_s"},
+    "first_mesh_4": {"runs", "procs", "danaus_first_mesh_s", "danaus_wall_s", "danaus_cpu_s"},
+    "hello_world_2": {"runs", "procs", "danaus_first_mesh_s", "danaus_wall_s", "danaus_cpu_s"},
 }
 
 
