@@ -143,6 +143,17 @@ def test_hot_path_small_bound() -> None:
     assert cpu["actor_proc_user_us"] + cpu["actor_proc_system_us"] > 0, cpu
 
 
+def test_bytes_receive_small() -> None:
+    rows = run_benchmark("bytes_receive.py", "--mib", "1", "--repeats", "2")
+    assert [row["way"] for row in rows] == [
+        "kept_buffer_and_copy",
+        "new_storage",
+        "new_storage_populated",
+        "kept_storage",
+    ]
+    assert all(row["cpu_ms"] >= 0 and row["wall_ms"] > 0 for row in rows), rows
+
+
 def test_large_argument_small() -> None:
     """An 8 MiB argument (chunked at the default 4 MiB frames) and the heartbeat silence."""
     [row] = run_benchmark("large_argument.py", "--size", "8", "--runs", "1")

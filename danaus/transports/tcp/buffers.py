@@ -17,12 +17,16 @@ A frame of `STORAGE_FROM` bytes or more is received into the storage of a
 bytes object of its own instead (`serialize.bytes_storage`): if it carries a
 ``bytes`` value, that object is the value, with no copy. The cache keeps these
 objects too, and fills one again, for a frame of its size, once nothing else
-refers to it (`serialize.storage_again`): new storage for a large frame costs
-the kernel more than the bytes' copy did (glibc maps each block above 32 MiB
-anew, and the kernel zeroes its pages; 64 MiB took 45 ms of CPU on a small VM
-against 10 ms to fill kept storage), and a program that passes large ``bytes``
-again and again drops each before the next arrives. A new one of a MiB or more
-is populated as mapped buffers are.
+refers to it (`serialize.storage_again`): a program that passes large
+``bytes`` again and again drops each before the next arrives, and the next is
+received into memory already mapped rather than memory the kernel maps and
+zeroes anew (glibc maps each block above 32 MiB for itself). On a small VM,
+64 MiB took the receiving thread 5-10 ms of CPU into kept storage, 6-40 ms
+into new storage (the low end with the procs' allocator settings,
+`danaus.transports.tcp.allocator`), and 15-50 ms into a kept buffer and then a
+copy (`benchmarks/bytes_receive.py`). New storage is not populated ahead, as
+mapped buffers are: its pages fault in as records are opened into it, each a
+short hold of the GIL, and populating it first cost more than the faults.
 """
 
 from __future__ import annotations
@@ -117,8 +121,6 @@ class BufferCache:
                     return storage
                 break
         storage = bytes_storage(nbytes)
-        if nbytes >= MAPPED_FROM:
-            _populate(ctypes.addressof(storage.obj), nbytes)
         self._keep(storage.obj.owner)
         return storage
 
