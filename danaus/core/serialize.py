@@ -94,7 +94,7 @@ def storage_again(owner: bytes) -> memoryview | None:
     count says so), since its value changes: the hash it may have cached is
     forgotten. A transport keeps the bytes of large frames it received and
     fills them again, which spares the kernel mapping and zeroing fresh memory
-    for the next frame of that size (about 30 ms for 64 MiB on a small VM).
+    for the next frame of that size (for 64 MiB, up to 30 ms of CPU on a small VM).
     """
     if not _REFILLABLE:
         return None
