@@ -40,7 +40,11 @@ def main() -> int:
         owner = _rdma_workloads.OwnerFramework(monarch.actor, RDMABuffer)
         results = _rdma_workloads.run_all(owner, plan)
     else:
-        results = run_all(MeshFramework(monarch.actor), QUICK if args.quick else FULL)
+        setup = "import monarch.actor as api"
+        if args.transport:
+            setup += f"\n\napi.enable_transport({args.transport!r})"
+        framework = MeshFramework(monarch.actor, setup)
+        results = run_all(framework, QUICK if args.quick else FULL)
     print(json.dumps({"info": info}), flush=True)
     for result in results:
         print(json.dumps(result), flush=True)

@@ -212,6 +212,35 @@ def test_worlds_made_one_after_another_fork_from_one_server_which_ends_with_the_
     wait_until(lambda: not os.path.exists(f"/proc/{first}"), 10, "the fork server to end")
 
 
+AHEAD = """
+import os
+import psutil
+from danaus import Actor, endpoint, this_host
+from danaus.transports.tcp.forkserver import SERVER_MODULE
+
+class Parent(Actor):
+    @endpoint
+    def parent(self) -> int:
+        return os.getppid()
+
+host = this_host()
+ahead = [child.pid for child in psutil.Process().children() if SERVER_MODULE in child.cmdline()]
+print("ahead", *ahead, flush=True)
+print("forked by", host.spawn_procs().spawn("p", Parent).parent.call_one().get(timeout=30))
+"""
+
+
+def test_the_controller_starts_its_fork_server_with_its_world_and_forks_its_first_procs_there(
+    tmp_path,
+):
+    """The server's imports run while the program goes on, not after its first ``spawn_procs``."""
+    result = run_script(AHEAD, tmp_path)
+    assert result.returncode == 0, result.stderr
+    ahead = result.stdout.split("ahead", 1)[1].split("forked by")[0].split()
+    assert len(ahead) == 1, "no fork server was started with the world"
+    assert int(result.stdout.split("forked by", 1)[1]) == int(ahead[0])
+
+
 def test_procs_set_up_their_allocator_unless_their_environment_says_otherwise(tcp, monkeypatch):
     tcp()
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
