@@ -1,0 +1,227 @@
+"""The controller's side of the tensor engine of one proc mesh: handle ids, and the command stream.
+
+Each proc mesh a controller activates gets one `Engine` (slices and renamings
+of the mesh share it) and one `TensorWorker` on each of its procs. Commands
+are recorded in order into a pending batch, which leaves in one message for
+the procs of the slice it is for: when the loop next runs (so that commands
+issued back to back travel together), when it grows long, before a command
+for another slice, and at once when the controller waits for a value.
+Handles that the controller drops are freed with the next batch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+import threading
+import weakref
+from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from danaus.core.mesh import ProcMesh
+from danaus.core.shape import Shape, Slice
+from danaus.tensor import commands
+from danaus.tensor.handle import Storage, Tensor, make
+from danaus.tensor.propagate import Meta
+from danaus.tensor.stream import DEFAULT, Stream
+from danaus.tensor.worker import TensorWorker
+
+if TYPE_CHECKING:
+    from danaus.core.mesh import ActorMesh
+    from danaus.core.runtime import Runtime
+
+BATCH_LIMIT = 2048
+"""Commands in a batch before it leaves without waiting for the loop."""
+
+WORKERS = "tensor_engine"
+"""The name of the mesh of tensor workers on a proc mesh."""
+
+_engines: weakref.WeakKeyDictionary[Runtime, dict[str, Engine]] = weakref.WeakKeyDictionary()
+"""Each runtime's engines, by proc mesh id: a runtime's state, kept beside it."""
+
+
+def engine_of(mesh: ProcMesh) -> Engine:
+    """The engine of ``mesh``'s proc mesh, for the calling code's runtime (made on first use)."""
+    from danaus.core.context import context
+
+    runtime = context().actor_instance._runtime
+    engines = _engines.setdefault(runtime, {})
+    engine = engines.get(mesh._mesh_id)
+    if engine is None:
+        engine = engines[mesh._mesh_id] = Engine(runtime, _whole(mesh))
+    return engine
+
+
+def _whole(mesh: ProcMesh) -> ProcMesh:
+    """The proc mesh that ``mesh`` is a slice of, as its owner spawned it (or flat)."""
+    owned = mesh._owned
+    if owned is not None and isinstance(owned.mesh, ProcMesh):
+        return owned.mesh
+    procs = mesh._procs
+    flat = Shape(["procs"], Slice(0, [len(procs)], [1]))
+    return ProcMesh(mesh._mesh_id, procs, flat, mesh._host_mesh, owned)
+
+
+class Engine:
+    """The command stream from this controller to the tensor workers of one proc mesh."""
+
+    def __init__(self, runtime: Runtime, whole: ProcMesh) -> None:
+        self.runtime = runtime
+        self.whole = whole
+        self.workers: ActorMesh[TensorWorker] = whole.spawn(
+            WORKERS, TensorWorker, runtime.world.seed, whole._mesh_id
+        )
+        self._ids = itertools.count(1)
+        self._events = itertools.count(1)
+        self._lock = threading.Lock()
+        self._target: Shape | None = None
+        self._segments: list[tuple[int, list[tuple[Any, ...]]]] = []
+        self._count = 0
+        self._scheduled = False
+        self._drops: deque[tuple[Shape, int, int]] = deque()
+        self._functions: dict[Any, int] = {}
+        self._streams: dict[Stream, int] = {DEFAULT: 0}
+        self._groups: dict[tuple[Any, ...], int] = {}
+        self.closed = False
+
+    # ---- handles -------------------------------------------------------------------
+
+    def new_id(self) -> int:
+        return next(self._ids)
+
+    def new_event(self) -> int:
+        return next(self._events)
+
+    def handle(self, mesh: ProcMesh, stream: Stream, meta: Meta, storage: Storage) -> Tensor:
+        """A handle for a tensor about to be defined by a command (its id is new)."""
+        return make(self, mesh, stream, next(self._ids), meta, storage)
+
+    def alias(self, tensor: Tensor, stream: Stream, ready: int) -> Tensor:
+        """``tensor``'s shards as seen from ``stream``, once ``tensor``'s stream reaches here."""
+        lent = self.handle(tensor._mesh, stream, tensor._meta, Storage())
+        self.record(tensor._mesh, tensor._stream, (commands.SIGNAL, ready))
+        self.record(tensor._mesh, stream, (commands.WAIT, ready))
+        self.record(tensor._mesh, stream, (commands.ALIAS, lent._id, tensor._id))
+        return lent
+
+    def drop(self, mesh: ProcMesh, stream: Stream, ident: int) -> None:
+        """Free handle ``ident`` with the next batch. Safe from any thread and from ``__del__``."""
+        if self.closed:
+            return
+        self._drops.append((mesh._shape, self.stream_id(stream), ident))
+        if not self._scheduled:
+            self._schedule()
+
+    # ---- definitions every worker keeps ----------------------------------------------
+
+    def stream_id(self, stream: Stream) -> int:
+        found = self._streams.get(stream)
+        if found is None:
+            found = self._streams[stream] = len(self._streams)
+        return found
+
+    def function_id(self, key: Any, what: str, payload: Any) -> int:
+        """The id of a function on the workers, defined there the first time it is used."""
+        found = self._functions.get(key)
+        if found is None:
+            found = len(self._functions)
+            self._setup((commands.DEFINE, found, what, payload))
+            self._functions[key] = found
+        return found
+
+    def group_id(self, mesh: ProcMesh, dims: Sequence[str]) -> int:
+        """The id of the groups of procs of ``mesh`` that differ only along ``dims``."""
+        shape = mesh._shape
+        key = (shape.ndslice, tuple(shape.labels), tuple(dims))
+        found = self._groups.get(key)
+        if found is None:
+            found = len(self._groups)
+            others = {d: 0 for d in shape.labels if d not in dims}
+            members = []
+            for index in range(len(shape)):
+                point = shape.point(index)
+                if any(point[d] != 0 for d in dims):
+                    continue
+                fixed = {d: point[d] for d in others}
+                members.append(
+                    tuple(shape.slice(**fixed).ranks()) if fixed else tuple(shape.ranks())
+                )
+            self._setup((commands.GROUPS, found, tuple(members)))
+            self._groups[key] = found
+        return found
+
+    def _setup(self, command: tuple[Any, ...]) -> None:
+        """Send a definition to every worker now (ahead of the batches that use it)."""
+        with self._lock:
+            self.workers.setup.broadcast(command)
+
+    # ---- the command stream ----------------------------------------------------------
+
+    def record(self, mesh: ProcMesh, stream: Stream, command: tuple[Any, ...]) -> None:
+        """Add ``command`` for the procs of ``mesh``, on ``stream``, to the pending batch."""
+        sid = self._streams.get(stream)
+        if sid is None:
+            sid = self.stream_id(stream)
+        shape = mesh._shape
+        with self._lock:
+            if shape is not self._target:
+                if self._segments and shape != self._target:
+                    self._flush_locked()
+                self._target = shape
+            segments = self._segments
+            if segments and segments[-1][0] == sid:
+                segments[-1][1].append(command)
+            else:
+                segments.append((sid, [command]))
+            self._count += 1
+            if self._count >= BATCH_LIMIT:
+                self._flush_locked()
+            elif not self._scheduled:
+                self._schedule()
+
+    def flush(self) -> None:
+        """Send the pending batch (and pending drops) now."""
+        with self._lock:
+            self._scheduled = False
+            self._flush_locked()
+
+    def _schedule(self) -> None:
+        self._scheduled = True
+        loop = self.runtime.loop
+        try:
+            if loop.is_running():
+                loop.call_soon_threadsafe(self.flush)
+            else:
+                loop.call_soon(self.flush)
+        except RuntimeError:  # the loop has closed: the world is gone, and the mesh with it
+            self.closed = True
+
+    def _flush_locked(self) -> None:
+        segments, self._segments = self._segments, []
+        self._count = 0
+        target = self._target
+        drops = self._drops
+        elsewhere: dict[Shape, dict[int, list[int]]] = {}
+        while drops:
+            shape, sid, ident = drops.popleft()
+            if segments and shape == target:
+                if segments[-1][0] != sid or segments[-1][1][-1][0] != commands.DELETE:
+                    segments.append((sid, [(commands.DELETE, [])]))
+                segments[-1][1][-1][1].append(ident)
+            else:
+                elsewhere.setdefault(shape, {}).setdefault(sid, []).append(ident)
+        if segments and target is not None:
+            self._send(target, segments)
+        for shape, by_stream in elsewhere.items():
+            self._send(shape, [(sid, [(commands.DELETE, ids)]) for sid, ids in by_stream.items()])
+
+    def _send(self, shape: Shape, segments: list[tuple[int, list[tuple[Any, ...]]]]) -> None:
+        if self.closed:
+            return
+        payload = pickle.dumps(segments, protocol=5)
+        self.workers._with_shape(shape).run.broadcast(payload)
+
+    def close(self) -> None:
+        """No more commands (the mesh stopped)."""
+        self.closed = True

@@ -1,0 +1,141 @@
+"""Moving shards between procs (``to_mesh``): registered memory, read by the receiver.
+
+The sending proc registers its shard with its transport (no copy, when the
+shard is contiguous) and sends the handle to each receiving proc's worker;
+each receiver reads the bytes straight from the sender's memory (one-sided on
+ucx and verbs; served by a transport thread of the sender on tcp; simulated
+on sim), then says so, and the sender lets the memory go once every receiver
+has. Until then, work on the sender that would write to the shard waits. The
+controller only ever sends the two commands.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from danaus.core.future import Future, new_future
+from danaus.core.rdma import as_bytes
+from danaus.core.transport import MemoryHandle
+from danaus.tensor.errors import RemoteTensorError
+from danaus.tensor.failed import Failed
+
+if TYPE_CHECKING:
+    from danaus.core.mesh import ActorMesh
+    from danaus.tensor.executor import Executor
+    from danaus.tensor.worker import WorkerState
+
+_EMPTY = "empty"
+"""Offered in place of a handle for a shard with no bytes."""
+
+
+class _Outgoing:
+    """A shard offered to receivers that have not all read it yet."""
+
+    __slots__ = ("done", "handle", "pending", "source", "storage")
+
+    def __init__(
+        self, source: torch.Tensor, handle: MemoryHandle | None, pending: set[int], done: Any
+    ) -> None:
+        self.source = source
+        self.storage = source.untyped_storage().data_ptr()
+        self.handle = handle
+        self.pending = pending
+        self.done = done
+
+
+class Transfers:
+    """The shards one proc offers and receives."""
+
+    def __init__(self, state: WorkerState) -> None:
+        self._state = state
+        self._lock = threading.Lock()
+        self._outgoing: dict[int, _Outgoing] = {}
+
+    @property
+    def busy(self) -> bool:
+        """Whether some shard of this proc is still being read by a receiver."""
+        return bool(self._outgoing)
+
+    def send(self, executor: Executor, command: tuple[Any, ...]) -> None:
+        _, transfer, src, sends, peers = command
+        state = self._state
+        receivers = sends.get(state.rank)
+        if not receivers:
+            return
+        key = ("transfer", transfer, state.rank)
+        value = state.table[src]
+        if not isinstance(value, torch.Tensor):  # failed: the receivers' copies fail too
+            for rank in receivers:
+                member(peers, rank).deliver.broadcast(key, value.error.dependent())
+            return
+        transport = state.runtime.transport
+        source = value.detach()
+        if source.device.type not in transport.memory_devices:
+            source = source.cpu()
+        source = source.contiguous()
+        handle = None
+        if source.numel():
+            handle = transport.register(as_bytes(source, writable=True, what="a shard"))
+        done, _ = new_future(state.runtime.loop)
+        with self._lock:
+            self._outgoing[transfer] = _Outgoing(source, handle, set(receivers), done)
+        offer = (handle if handle is not None else _EMPTY, str(value.device))
+        for rank in receivers:
+            member(peers, rank).deliver.broadcast(key, offer)
+
+    def recv(self, executor: Executor, command: tuple[Any, ...]) -> None:
+        _, transfer, out, sources, shape, dtype, peers = command
+        state = self._state
+        source = sources.get(state.rank)
+        if source is None:
+            return
+        sender = peers._members()[source]
+        offer = executor.wait(state.inbox.take(("transfer", transfer, source), sender))
+        if isinstance(offer, RemoteTensorError):
+            state.table[out] = Failed(offer)
+            return
+        handle, device = offer
+        received = torch.empty(shape, dtype=dtype)
+        if handle != _EMPTY:
+            runtime = state.runtime
+            runtime.on_loop(runtime.watch, handle.owner)
+            view = as_bytes(received, writable=True, what="a received shard")
+            executor.wait(runtime.submit(runtime.transport.read(handle, 0, view)))
+        state.table[out] = received if device == "cpu" else received.to(device)
+        member(peers, source).transferred.broadcast(transfer, state.rank)
+
+    def done(self, transfer: int, rank: int) -> None:
+        """Receiver ``rank`` has read the shard of ``transfer`` (on the worker's thread)."""
+        with self._lock:
+            outgoing = self._outgoing.get(transfer)
+            if outgoing is None:
+                return
+            outgoing.pending.discard(rank)
+            if outgoing.pending:
+                return
+            del self._outgoing[transfer]
+        if outgoing.handle is not None:
+            self._state.runtime.transport.unregister(outgoing.handle)
+        self._state.runtime.on_loop(_settle, outgoing.done)
+
+    def before_write(self, executor: Executor, targets: list[Any]) -> None:
+        """Wait until no receiver still reads the memory of ``targets`` (about to be written)."""
+        storages = {t.untyped_storage().data_ptr() for t in targets if isinstance(t, torch.Tensor)}
+        with self._lock:
+            waits = [o.done for o in self._outgoing.values() if o.storage in storages]
+        for afut in waits:
+            executor.wait(Future(self._state.runtime.loop, afut))
+
+
+def member(workers: ActorMesh[Any], rank: int) -> ActorMesh[Any]:
+    """The worker of root rank ``rank`` of a mesh of workers, as a mesh of one."""
+    shape = workers._shape
+    return workers._with_shape(shape.slice(**shape.point(rank)))
+
+
+def _settle(afut: Any) -> None:
+    if not afut.done():
+        afut.set_result(None)
