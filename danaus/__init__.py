@@ -2,10 +2,11 @@
 
 Everything users need is importable from here (and from ``danaus.sim``,
 ``danaus.rdma``, ``danaus.chaos``, ``danaus.spmd``, ``danaus.tensor`` and
-``danaus.random``); the modules under ``danaus.core`` are the implementation. The tensor engine's names
-(``danaus.inspect``, ``danaus.Tensor``...) load torch on first use, not here. Importing this package makes no world and configures
-nothing, with one exception: under ``DANAUS_TRANSPORT=sim`` it routes
-``asyncio.run`` to the simulator, since asyncio offers no later hook for that.
+``danaus.random``); the modules under ``danaus.core`` are the implementation. The
+tensor engine's names (``danaus.inspect``, ``danaus.Tensor``...) load torch on first
+use, not here. Importing this package makes no world and configures nothing, with one
+exception: under ``DANAUS_TRANSPORT=sim`` it routes ``asyncio.run`` to the simulator,
+since asyncio offers no later hook for that.
 """
 
 import copyreg as _copyreg

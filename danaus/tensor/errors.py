@@ -1,4 +1,4 @@
-"""`RemoteTensorError`: an operation failed on a proc of a mesh, and a value from it was asked for."""
+"""`RemoteTensorError`: an operation failed on a proc, and a value from it was asked for."""
 
 from __future__ import annotations
 
