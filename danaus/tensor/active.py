@@ -26,7 +26,7 @@ class Activation:
 
     __slots__ = ("engine", "mesh", "owner")
 
-    def __init__(self, mesh: ProcMesh, engine: Engine, owner: tuple[Any, Any]) -> None:
+    def __init__(self, mesh: ProcMesh, engine: Engine, owner: tuple[Any, Any, Any]) -> None:
         self.mesh = mesh
         self.engine = engine
         self.owner = owner
@@ -40,10 +40,12 @@ def current() -> Activation | None:
     return _active.get()
 
 
-def _running_code() -> tuple[Any, Any]:
-    """What tells apart the controller's code from the procs' on the simulator."""
+def _running_code() -> tuple[Any, Any, Any]:
+    """What tells apart the controller's code from the procs' on the simulator: the greenlet,
+    the running loop (none in sync code) and the task."""
     loop = asyncio._get_running_loop()
-    return greenlet.getcurrent(), asyncio.current_task(loop) if loop is not None else None
+    task = asyncio.current_task(loop) if loop is not None else None
+    return greenlet.getcurrent(), loop, task
 
 
 def owned(activation: Activation | None) -> Activation | None:

@@ -117,9 +117,9 @@ class Scanned:
             self.kwargs = named
         return self
 
-    def place(self, call: tuple[Any, Any], fakes: list[Any]) -> tuple[Any, Any]:
-        """``call`` (the original args and kwargs) with each tensor replaced by its fake."""
-        queue = iter(fakes)
+    def place(self, call: tuple[Any, Any], metas: list[Any]) -> tuple[Any, Any]:
+        """``call`` (the original args and kwargs) with each tensor replaced by its meta tensor."""
+        queue = iter(metas)
 
         def swap(value: Any) -> Any:
             if isinstance(value, torch.Tensor):

@@ -3,7 +3,8 @@
 An aten operator goes by name; a function defined at the top of an importable
 module (not ``__main__``, not a test module) by its path, imported on each
 proc; anything else (a lambda, a function of ``__main__``) by value, with
-cloudpickle. A ``"module.name"`` string names a function by path.
+cloudpickle (`danaus.core.serialize`, which keeps its code's file name for tracebacks). A
+``"module.name"`` string names a function by path.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import importlib
 import sys
 from typing import Any
 
-import cloudpickle
 import torch
+
+from danaus.core.serialize import dumps, loads
 
 
 def definition(fn: Any) -> tuple[str, Any]:
@@ -28,7 +30,7 @@ def definition(fn: Any) -> tuple[str, Any]:
     path = _import_path(fn)
     if path is not None:
         return "path", path
-    return "pickled", cloudpickle.dumps(fn)
+    return "pickled", dumps(fn, "a remote function")
 
 
 def _import_path(fn: Any) -> str | None:
@@ -58,4 +60,4 @@ def resolve(what: str, payload: Any) -> Any:
         for part in name.split("."):
             found = getattr(found, part)
         return getattr(found, "_remote_impl", found)
-    return cloudpickle.loads(payload)
+    return loads(payload)

@@ -40,7 +40,7 @@ class RemoteProcessGroup:
 
 
 class FakeGroup(dist.ProcessGroup):
-    """Stands for a `RemoteProcessGroup` while a remote function runs on fake tensors: its
+    """Stands for a `RemoteProcessGroup` while a remote function runs on meta tensors: its
     collectives do nothing (the shapes do not change)."""
 
     def __init__(self, size: int) -> None:

@@ -1,12 +1,16 @@
 """What an operation on handles returns, found without data: shapes, strides, dtypes, aliasing.
 
 The first time an operator meets a given set of input shapes (and other
-arguments), it runs on fake tensors (torch's ``FakeTensorMode``): tensors with
-metadata and no storage. What it returned, which inputs it returned as they
-were (in-place and ``out=`` operators), which outputs are views of an input,
-and which inputs it wrote to, are kept under that key; later calls with the
-same key cost a dictionary look-up, since a fake operator costs about a
-hundred microseconds and a look-up a fraction of one.
+arguments), it runs on meta tensors: torch's tensors with metadata and no
+storage, whose operators (the same meta kernels ``FakeTensorMode`` uses) work
+out shapes, strides, dtypes and aliasing without touching data. The device of
+the results is the one the operator names, else its first tensor argument's.
+What it returned, which inputs it returned as they were (in-place and
+``out=`` operators), which outputs are views of an input, and which inputs it
+wrote to, are kept under that key; later calls with the same key cost a
+dictionary look-up, since an operator on meta tensors costs tens of
+microseconds here and a look-up a fraction of one (and making a
+``FakeTensorMode`` costs seconds, as it loads torch's compiler).
 """
 
 from __future__ import annotations
@@ -16,11 +20,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import torch
-from torch._subclasses.fake_tensor import (
-    DataDependentOutputException,
-    DynamicOutputShapeException,
-    FakeTensorMode,
-)
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import _disable_current_modes
 
@@ -83,28 +82,25 @@ def contiguous_meta(sizes: Sequence[int], dtype: torch.dtype, device: torch.devi
     return (HANDLE, tuple(sizes), tuple(reversed(strides)), 0, dtype, device)
 
 
-class _Fakes:
-    """The fake mode, made on first use (making one costs a few milliseconds)."""
-
-    mode: FakeTensorMode | None = None
-
-    @classmethod
-    def get(cls) -> FakeTensorMode:
-        if cls.mode is None:
-            cls.mode = FakeTensorMode()
-        return cls.mode
-
-
-def _fake_of(meta: Meta) -> torch.Tensor:
-    """A fake tensor with ``meta``'s metadata (call under the fake mode)."""
-    _, sizes, strides, offset, dtype, device = meta
+def _on_meta(meta: Meta) -> torch.Tensor:
+    """A meta tensor (metadata, no storage) with ``meta``'s sizes, strides and offset."""
+    _, sizes, strides, offset, dtype, _ = meta
     extent = 1 + sum((s - 1) * st for s, st in zip(sizes, strides) if s > 0)
     if math.prod(sizes) == 0:
         extent = 0
-    storage = torch.empty(offset + extent, dtype=dtype, device=device)
+    storage = torch.empty(offset + extent, dtype=dtype, device="meta")
     return storage.as_strided(sizes, strides, offset)
 
 
+def _to_meta(value: Any, devices: list[torch.device]) -> Any:
+    """An argument for a run on meta tensors: devices become ``meta`` (the first noted)."""
+    if isinstance(value, torch.device) or (isinstance(value, str) and value in _DEVICE_NAMES):
+        devices.append(torch.device(value))
+        return torch.device("meta")
+    return value
+
+
+_DEVICE_NAMES = frozenset(("cpu", "cuda"))
 _cache: dict[Any, Propagated] = {}
 
 
@@ -116,63 +112,79 @@ def propagate(
     inputs: Sequence[Meta | torch.Tensor],
     place: Callable[[Any, list[torch.Tensor]], tuple[Any, Any]],
 ) -> Propagated:
-    """What ``run`` returns for inputs of this shape, from the cache or by running it on fakes.
+    """What ``run`` returns for inputs of this shape, from the cache or by running it on meta
+    tensors.
 
     ``inputs`` are the metadata of the handles among the arguments (or local
-    tensors, as they are), in the order ``place(args_and_kwargs, fakes)`` puts
-    their fakes back into ``(args, kwargs)``.
+    tensors, as they are), in the order ``place(args_and_kwargs, metas)`` puts
+    their meta tensors back into ``(args, kwargs)``.
     """
     found = _cache.get(key)
     if found is not None:
         return found
-    found = _run_on_fakes(run, args, kwargs, inputs, place)
-    if len(_cache) >= CACHE_LIMIT:
-        _cache.clear()
-    _cache[key] = found
+    found = _run_on_meta(run, args, kwargs, inputs, place)
+    if key is not None:
+        if len(_cache) >= CACHE_LIMIT:
+            _cache.clear()
+        _cache[key] = found
     return found
 
 
-def _run_on_fakes(
+def _run_on_meta(
     run: Callable[..., Any],
     args: Any,
     kwargs: Any,
     inputs: Sequence[Meta | torch.Tensor],
     place: Callable[[Any, list[torch.Tensor]], tuple[Any, Any]],
 ) -> Propagated:
-    mode = _Fakes.get()
-    with _disable_current_modes(), mode:
-        fakes = [
-            mode.from_tensor(item) if isinstance(item, torch.Tensor) else _fake_of(item)
-            for item in inputs
+    devices: list[torch.device] = []
+    with _disable_current_modes(), torch.device("meta"):
+        metas = [
+            _on_meta(meta_of(item) if isinstance(item, torch.Tensor) else item) for item in inputs
         ]
-        versions = [fake._version for fake in fakes]
-        fake_args, fake_kwargs = place((args, kwargs), fakes)
+        versions = [m._version for m in metas]
+        meta_args, meta_kwargs = place((args, kwargs), metas)
+        meta_args = tuple(_to_meta(a, devices) for a in meta_args)
+        meta_kwargs = {k: _to_meta(v, devices) for k, v in meta_kwargs.items()}
+        if meta_kwargs.get("pin_memory"):
+            meta_kwargs["pin_memory"] = False
         try:
-            result = run(*fake_args, **fake_kwargs)
-        except (DataDependentOutputException, DynamicOutputShapeException) as exc:
+            result = run(*meta_args, **meta_kwargs)
+        except Exception as exc:
             raise RuntimeError(
-                f"{_name(run)} needs the values of tensors on the mesh to know its result "
-                f"({type(exc).__name__}); fetch them with danaus.inspect, or compute it in a "
-                "danaus.remote function with an explicit propagate="
+                f"{_name(run)}: the shape of its result cannot be worked out without data "
+                f"({type(exc).__name__}: {exc}); fetch the values with danaus.inspect, or "
+                "compute it in a danaus.remote function with an explicit propagate="
             ) from None
-    mutated = tuple(i for i, fake in enumerate(fakes) if fake._version > versions[i])
+    device = devices[0] if devices else _device_of(inputs)
+    mutated = tuple(i for i, m in enumerate(metas) if m._version > versions[i])
     if isinstance(result, torch.Tensor):
-        return Propagated((_output(result, fakes),), None, (OUT,), mutated)
+        return Propagated((_output(result, metas, device),), None, (OUT,), mutated)
     leaves, spec = pytree.tree_flatten(result)
-    outputs = tuple(_output(leaf, fakes) for leaf in leaves if isinstance(leaf, torch.Tensor))
+    outputs = tuple(
+        _output(leaf, metas, device) for leaf in leaves if isinstance(leaf, torch.Tensor)
+    )
     marked = tuple(OUT if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves)
     return Propagated(outputs, spec, marked, mutated)
 
 
-def _output(fake: torch.Tensor, inputs: list[torch.Tensor]) -> Output:
-    same = next((i for i, item in enumerate(inputs) if item is fake), -1)
+def _device_of(inputs: Sequence[Meta | torch.Tensor]) -> torch.device:
+    """The device of an operation's first tensor argument (CPU without one)."""
+    for item in inputs:
+        return item.device if isinstance(item, torch.Tensor) else item[5]
+    return torch.device("cpu")
+
+
+def _output(result: torch.Tensor, inputs: list[torch.Tensor], device: torch.device) -> Output:
+    same = next((i for i, item in enumerate(inputs) if item is result), -1)
     view_of = -1
     if same < 0:
-        storage = fake.untyped_storage()._cdata
+        storage = result.untyped_storage()._cdata
         view_of = next(
             (i for i, item in enumerate(inputs) if item.untyped_storage()._cdata == storage), -1
         )
-    return Output(same, meta_of(fake), view_of)
+    _, sizes, strides, offset, dtype, _ = meta_of(result)
+    return Output(same, (HANDLE, sizes, strides, offset, dtype, device), view_of)
 
 
 def _name(run: Callable[..., Any]) -> str:

@@ -3,8 +3,8 @@
 ``f = danaus.remote(fn)`` (or ``remote("module.fn")``) called inside an active
 mesh records one command: every proc runs ``fn`` on its shards and keeps the
 tensors it returns as new handles. Their shapes come from ``propagate``, a
-function run on fake tensors with the same arguments, or, without one, from
-running ``fn`` itself on fake tensors. ``f.call(...)`` instead returns a
+function run on meta tensors with the same arguments, or, without one, from
+running ``fn`` itself on meta tensors. ``f.call(...)`` instead returns a
 `Future` of what each proc's ``fn`` returned (a `ValueMesh`), and
 ``f.call_one(...)`` that of a mesh of one proc.
 """
@@ -35,7 +35,7 @@ class Remote:
         self._local: Callable[..., Any] | None = None
         functools.update_wrapper(self, impl) if callable(impl) else None
 
-    def _run_on_fakes(self) -> Callable[..., Any]:
+    def _propagator_or_self(self) -> Callable[..., Any]:
         if callable(self._propagator):
             return self._propagator
         if self._propagator == "inspect":
@@ -62,12 +62,17 @@ class Remote:
         inputs = [item._meta if type(item) is Tensor else item for item in scanned.items]
         key = (self, tuple(scanned.key))
         try:
-            found = propagate(key, self._run_on_fakes(), args, kwargs, inputs, scanned.place)
+            found = propagate(key, self._propagator_or_self(), args, kwargs, inputs, scanned.place)
         except TypeError as exc:
             if "unhashable" not in str(exc):
                 raise
-            found = propagate(None, self._run_on_fakes(), args, kwargs, inputs, scanned.place)
+            found = propagate(None, self._propagator_or_self(), args, kwargs, inputs, scanned.place)
         written = _check_writes(self, scanned, found)
+        # A function of the user's returns new tensors on the procs, even where its
+        # propagation returns an argument ("like this one").
+        found = found._replace(
+            outputs=tuple(out._replace(same=-1, view_of=-1) for out in found.outputs)
+        )
         return _record(
             engine,
             mesh,
