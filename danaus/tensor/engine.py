@@ -169,6 +169,8 @@ class Engine:
                 if self._segments and shape != self._target:
                     self._flush_locked()
                 self._target = shape
+            if self._drops:
+                self._take_drops()
             segments = self._segments
             if segments and segments[-1][0] == sid:
                 segments[-1][1].append(command)
@@ -197,24 +199,34 @@ class Engine:
         except RuntimeError:  # the loop has closed: the world is gone, and the mesh with it
             self.closed = True
 
-    def _flush_locked(self) -> None:
-        segments, self._segments = self._segments, []
-        self._count = 0
-        target = self._target
-        drops = self._drops
+    def _take_drops(self) -> None:
+        """Put the handles dropped so far into the pending batch when they are on its procs,
+        else send them to theirs now (under the lock). Every command that used them is
+        already recorded: a handle is dropped once nothing holds it."""
+        segments, target, drops = self._segments, self._target, self._drops
         elsewhere: dict[Shape, dict[int, list[int]]] = {}
         while drops:
             shape, sid, ident = drops.popleft()
-            if segments and shape == target:
-                if segments[-1][0] != sid or segments[-1][1][-1][0] != commands.DELETE:
+            if shape == target:
+                if (
+                    not segments
+                    or segments[-1][0] != sid
+                    or segments[-1][1][-1][0] != commands.DELETE
+                ):
                     segments.append((sid, [(commands.DELETE, [])]))
                 segments[-1][1][-1][1].append(ident)
             else:
                 elsewhere.setdefault(shape, {}).setdefault(sid, []).append(ident)
-        if segments and target is not None:
-            self._send(target, segments)
         for shape, by_stream in elsewhere.items():
             self._send(shape, [(sid, [(commands.DELETE, ids)]) for sid, ids in by_stream.items()])
+
+    def _flush_locked(self) -> None:
+        if self._drops:
+            self._take_drops()
+        segments, self._segments = self._segments, []
+        self._count = 0
+        if segments and self._target is not None:
+            self._send(self._target, segments)
 
     def _send(self, shape: Shape, segments: list[tuple[int, list[tuple[Any, ...]]]]) -> None:
         if self.closed:
