@@ -137,7 +137,7 @@ def test_values_read_in_the_controller_are_refused(sim):
         mesh = this_host().spawn_procs({"gpu": 1})
         with mesh.activate():
             t = torch.ones(())
-            with pytest.raises(RuntimeError, match="danaus.inspect"):
+            with pytest.raises(RuntimeError, match=r"danaus\.inspect"):
                 float(t)
             with pytest.raises(TypeError, match="cannot be pickled"):
                 import pickle
