@@ -28,24 +28,32 @@ if TYPE_CHECKING:
     from danaus.core.mesh import ProcMesh
     from danaus.tensor.engine import Engine
 
-_READS_VALUES = frozenset(
-    (
-        "aten::_local_scalar_dense",
-        "aten::equal",
-        "aten::is_nonzero",
-        "aten::item",
-    )
-)
-"""Operators that give Python a value: with no handle among their arguments, they run here."""
+_TO_THE_MESH = frozenset(("aten::lift_fresh", "aten::lift"))
+"""Operators of local tensors that make a tensor for the mesh (``torch.tensor([...])``)."""
 
 
 def stays_local(func: Any, args: tuple[Any, ...], kwargs: Any) -> bool:
-    """Whether an operation with an active mesh still runs in the controller (see `_MeshMode`)."""
+    """Whether an operation with an active mesh still runs in the controller (see `_MeshMode`).
+
+    Those with local tensors only (a value fetched with `inspect`, say) do, but for
+    ``torch.tensor(data)``, which makes a tensor for the mesh; so do the profiler's.
+    With no tensor at all (``torch.rand(3)``), or with a handle, they go to the mesh.
+    """
     if func.namespace == "profiler":
         return True
-    if func._schema.name in _READS_VALUES:
-        return not any(type(a) is Tensor for a in args)
-    return False
+    local = False
+    for value in (*args, *kwargs.values()) if kwargs else args:
+        kind = type(value)
+        if kind is Tensor:
+            return False
+        if kind is list or kind is tuple:
+            for item in value:
+                if type(item) is Tensor:
+                    return False
+                local = local or isinstance(item, torch.Tensor)
+        else:
+            local = local or isinstance(value, torch.Tensor)
+    return local and func._schema.name not in _TO_THE_MESH
 
 
 class Scanned:

@@ -48,6 +48,7 @@ class Executor:
         self._lock = threading.Lock()
         self._queue: deque[list[tuple[Any, ...]]] = deque()
         self._draining = False
+        self._closed = False
         self._saved: _Saved | None = None
         self._handlers: list[Callable[[tuple[Any, ...]], None]] = [
             self._call,
@@ -81,14 +82,29 @@ class Executor:
     async def _drain(self) -> None:
         while True:
             with self._lock:
-                if not self._queue:
+                if not self._queue or self._closed:
                     self._draining = False
                     return
                 batch = self._queue.popleft()
             await self._runner.call_sync(partial(self._run, batch))
 
-    def close(self) -> None:
+    def close(self, timeout: float) -> None:
+        """Drop the batches not yet started and end the stream's runner.
+
+        On a real transport, wait (at most ``timeout`` seconds) for the batch
+        running now: a thread still inside a torch operator when its process
+        exits aborts the process (the interpreter ends the thread by unwinding
+        through torch's C++ frames).
+        """
+        with self._lock:
+            self._closed = True
+            self._queue.clear()
+        if self.state.isolated is not None:  # the simulator: the runner is shared, nothing runs
+            return
+        stopped = threading.Event()
+        self._runner.loop.call_soon_threadsafe(stopped.set)
         self._runner.close()
+        stopped.wait(timeout)
 
     # ---- running ------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ import torch
 from danaus.core.actor import Actor, endpoint, endpoints_of
 from danaus.core.context import context
 from danaus.core.mesh import ActorMesh
+from danaus.core.owned import STOP_TIMEOUT
 from danaus.core.ports import Port
 from danaus.tensor import commands
 from danaus.tensor.collectives import Collectives
@@ -139,5 +140,5 @@ class TensorWorker(Actor):
 
     def __cleanup__(self, exc: BaseException | None) -> None:
         for executor in self._streams.values():
-            executor.close()
+            executor.close(STOP_TIMEOUT)
         self._state.collectives.close()
