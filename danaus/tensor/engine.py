@@ -182,6 +182,14 @@ class Engine:
             elif not self._scheduled:
                 self._schedule()
 
+    def send_to_one(self, rank: int, stream: Stream, command: tuple[Any, ...]) -> None:
+        """Send ``command`` now to the proc of root rank ``rank`` alone, after what is pending
+        (a fetch: the other procs have nothing to do with it)."""
+        sid = self.stream_id(stream)
+        with self._lock:
+            self._flush_locked()
+            self._send(Shape((), Slice(rank, (), ())), [(sid, [command])])
+
     def flush(self) -> None:
         """Send the pending batch (and pending drops) now."""
         with self._lock:

@@ -30,6 +30,7 @@ from danaus.tensor import commands
 from danaus.tensor.commands import resolve
 from danaus.tensor.errors import RemoteTensorError
 from danaus.tensor.failed import Failed, Poisoned
+from danaus.tensor.fetch import pack
 
 if TYPE_CHECKING:
     from danaus.core.future import Future
@@ -70,9 +71,21 @@ class Executor:
     def submit(self, batch: list[tuple[Any, ...]]) -> None:
         """Run ``batch`` after what this stream already has (from the worker's thread)."""
         with self._lock:
-            self._queue.append(batch)
-            start = not self._draining
-            self._draining = True
+            if not self._draining and _runs_at_once(batch) and not self.state.transfers.busy:
+                self._draining = True
+                inline = True
+            else:
+                self._queue.append(batch)
+                inline = False
+                start = not self._draining
+                self._draining = True
+        if inline:
+            try:
+                self._run(batch)
+            finally:
+                with self._lock:
+                    start = bool(self._queue)
+                    self._draining = start
         if start:
             self._runner.loop.call_soon_threadsafe(self._start)
 
@@ -203,8 +216,8 @@ class Executor:
             if value is None:
                 reply.exception(KeyError(f"tensor {ident} is not on rank {self.state.point}"))
                 return
-            values.append(value.detach().clone())
-        reply.send(values)
+            values.append(value)
+        reply.send(pack(values))
 
     def _delete(self, command: tuple[Any, ...]) -> None:
         pop = self.table.pop
@@ -272,6 +285,20 @@ _KIND_NAMES = {
     commands.RECV: "to_mesh (receive)",
     commands.WAIT: "wait for another stream",
 }
+
+
+INLINE_LIMIT = 64
+"""The longest batch a stream's worker may run on its own thread, to save a thread hop."""
+
+_NEVER_WAIT = frozenset(
+    (commands.CALL, commands.DELETE, commands.FETCH, commands.ALIAS, commands.SIGNAL)
+)
+
+
+def _runs_at_once(batch: list[tuple[Any, ...]]) -> bool:
+    """Whether ``batch`` is short and none of its commands can wait (for a peer, another
+    stream, or user code): then the worker's thread may run it itself when the stream is idle."""
+    return len(batch) <= INLINE_LIMIT and all(command[0] in _NEVER_WAIT for command in batch)
 
 
 def _defined_by(command: tuple[Any, ...]) -> list[int]:

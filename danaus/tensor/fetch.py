@@ -3,8 +3,8 @@
 A fetch is a command like any other, after everything recorded before it on
 its stream; the proc at the given coordinates answers with copies of the
 shards, or with the `RemoteTensorError` of the first failure they depend on.
-The batch leaves at once, and the answer comes to a port that also fails if
-the proc is lost.
+It leaves at once, after the pending batch, for that proc alone, and the
+answer comes to a port that also fails if the proc is lost.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, TypeVar
 
+import torch
 from torch.utils import _pytree as pytree
 
 from danaus.core.future import Future, new_future
@@ -32,6 +33,36 @@ def root_rank(shape: Shape, coords: dict[str, int]) -> int:
     return shape.slice(**point).ndslice.offset
 
 
+OUT_OF_BAND = 64 * 1024
+"""Shards of this many bytes travel as a view of their memory, out of band; smaller ones as
+a copy in the message."""
+
+
+def pack(tensors: list[torch.Tensor]) -> list[tuple[str, tuple[int, ...], Any]]:
+    """Shards as plain values for a reply: (dtype name, shape, bytes): several times cheaper to
+    pickle than tensors (a fetch's answer is usually small, and its latency is the point)."""
+    packed = []
+    for tensor in tensors:
+        raw = tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
+        data = memoryview(raw) if raw.nbytes >= OUT_OF_BAND else raw.tobytes()
+        packed.append((str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape), data))
+    return packed
+
+
+def unpack(packed: list[tuple[str, tuple[int, ...], Any]]) -> list[torch.Tensor]:
+    """The shards `pack` made, as new tensors of this process."""
+    tensors = []
+    for dtype, shape, data in packed:
+        raw = bytearray(data) if isinstance(data, bytes) else data
+        flat = (
+            torch.frombuffer(raw, dtype=torch.uint8)
+            if len(raw)
+            else torch.empty(0, dtype=torch.uint8)
+        )
+        tensors.append(flat.view(getattr(torch, dtype)).reshape(shape))
+    return tensors
+
+
 class _Values(FirstHandler):
     """The answer of one fetch: the shards' values, put back into the fetched structure."""
 
@@ -42,7 +73,7 @@ class _Values(FirstHandler):
 
     def arrived(self, rank: int, value: Any, exc: BaseException | None) -> None:
         if exc is None:
-            values = iter(value)
+            values = iter(unpack(value))
             leaves = [next(values) if isinstance(leaf, Tensor) else leaf for leaf in self._leaves]
             value = pytree.tree_unflatten(leaves, self._spec)
         super().arrived(rank, value, exc)
@@ -74,8 +105,7 @@ def fetch_shard(obj: T, shard: dict[str, int] | None = None, **coords: int) -> F
     port = runtime.open_port(_Values(proc, afut, leaves, spec))
     runtime.watch(proc)
     ids = [handle._id for handle in handles]
-    engine.record(first._mesh, first._stream, (commands.FETCH, rank, ids, port))
-    engine.flush()
+    engine.send_to_one(rank, first._stream, (commands.FETCH, rank, ids, port))
     return future
 
 
