@@ -24,3 +24,8 @@ def data_address(x: torch.Tensor) -> torch.Tensor:
 def proc_rank() -> int:
     """This proc's position in its whole proc mesh."""
     return context().actor_instance.rank.rank
+
+
+def scaled_sum(x: torch.Tensor, factor: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """A plain function, run remotely by its path ("tests.tensor.helpers.scaled_sum")."""
+    return x * factor, x.sum()
