@@ -20,7 +20,7 @@ def mesh_table(shape: Shape, cell: Callable[[int], str]) -> str:
     labels = list(shape.labels)
     sizes = list(shape.ndslice.sizes)
     if not labels:
-        return _grid(["", ""], [[cell(shape.ndslice.offset)]], ["-"], [""])
+        return cell(shape.ndslice.offset)
     columns = labels[-1]
     rows = labels[-2] if len(labels) > 1 else None
     outer = labels[:-2]
@@ -43,12 +43,15 @@ def mesh_table(shape: Shape, cell: Callable[[int], str]) -> str:
 def _grid(
     names: Sequence[str], body: list[list[str]], column_names: list[str], row_names: list[str]
 ) -> str:
+    """A grid: the column dimension's name above its indices, the row dimension's (when there
+    is one) on their left; a mesh of one dimension names it in the corner instead."""
+    rows, columns = names
     width = max(len(text) for text in [*column_names, *(c for line in body for c in line)])
-    left = max(len(names[0]), *(len(r) for r in row_names))
-    header = " " * left + " | " + " ".join(c.rjust(width) for c in column_names)
-    title = " " * left + " | " + names[1]
-    rule = "-" * left + "-+-" + "-" * (len(header) - left - 3)
-    lines = [title, header.replace(" " * left, names[0].ljust(left), 1), rule]
+    corner = rows if rows else columns
+    left = max(len(corner), *(len(r) for r in row_names))
+    lines = [" " * left + " | " + columns] if rows else []
+    lines.append(corner.ljust(left) + " | " + " ".join(c.rjust(width) for c in column_names))
+    lines.append("-" * left + "-+-" + "-" * (len(lines[-1]) - left - 3))
     for name, line in zip(row_names, body):
         lines.append(name.ljust(left) + " | " + " ".join(c.rjust(width) for c in line))
     return "\n".join(lines)
