@@ -22,7 +22,7 @@ except ModuleNotFoundError:
     ) from None
 
 from danaus.tensor.active import get_active_mesh, no_mesh
-from danaus.tensor.errors import RemoteTensorError
+from danaus.tensor.errors import RemoteTensorError, TensorUsageError
 from danaus.tensor.fetch import fetch_shard, inspect, show
 from danaus.tensor.grad import grad_generator
 from danaus.tensor.handle import Tensor
@@ -41,6 +41,7 @@ __all__ = [
     "RemoteTensorError",
     "Stream",
     "Tensor",
+    "TensorUsageError",
     "call_on_shard_and_fetch",
     "fetch_shard",
     "get_active_mesh",

@@ -19,6 +19,7 @@ from torch.utils import _pytree as pytree
 from danaus.tensor import commands, stream
 from danaus.tensor.active import Activation, owned
 from danaus.tensor.active import current as current_activation
+from danaus.tensor.errors import TensorUsageError
 from danaus.tensor.functions import definition
 from danaus.tensor.handle import Storage, Tensor
 from danaus.tensor.process_group import FakeGroup, RemoteProcessGroup
@@ -78,7 +79,7 @@ class Scanned:
         if kind is Tensor:
             ident = value._id
             if ident is None:
-                raise TypeError(f"{value!r} was dropped and cannot be used")
+                raise TensorUsageError(f"{value!r} was dropped and cannot be used")
             self.items.append(value)
             self.refs.append(path)
             return ident, value._meta
@@ -201,17 +202,17 @@ def _where(
         if handle._engine is not engine or (
             handle._mesh is not mesh and handle._mesh._shape != mesh._shape
         ):
-            raise TypeError(
+            raise TensorUsageError(
                 f"{func}: its tensors are on different meshes ({mesh!r} and {handle._mesh!r}); "
                 "move one with to_mesh"
             )
         if handle._stream is not on:
-            raise TypeError(
+            raise TensorUsageError(
                 f"{func}: {handle!r} is on {handle._stream}, but {on} is active; "
                 "use `with stream.activate():`, or borrow the tensor to this stream"
             )
         if "r" not in handle._storage.access:
-            raise TypeError(
+            raise TensorUsageError(
                 f"{func}: {handle!r} is lent mutably to another stream; drop the borrow first"
             )
     return mesh, engine, on
@@ -227,7 +228,7 @@ def _check_writes(func: Any, scanned: Scanned, found: Propagated) -> tuple[int, 
         if type(item) is not Tensor:
             continue
         if "w" not in item._storage.access:
-            raise TypeError(
+            raise TensorUsageError(
                 f"{func}: it would write to {item!r}, which is lent to another stream; "
                 "drop the borrow first"
             )

@@ -11,6 +11,15 @@ import cloudpickle
 from danaus.core.errors import RemoteException
 
 
+class TensorUsageError(RuntimeError):
+    """A handle used where it may not be, caught in the controller before anything is sent: it
+    was dropped, it is on another mesh or stream, or it is lent to another stream.
+
+    Not a `TypeError`: torch turns those into ``NotImplemented`` in its operators (``t + 1``
+    would then report unsupported operand types instead of this message).
+    """
+
+
 class RemoteTensorError(Exception):
     """An operation failed on a proc of a mesh; raised where a value that depends on it is fetched.
 

@@ -19,6 +19,7 @@ from danaus.core.future import Future, new_future
 from danaus.core.ports import FirstHandler
 from danaus.core.shape import Shape
 from danaus.tensor import commands
+from danaus.tensor.errors import TensorUsageError
 from danaus.tensor.handle import Tensor
 
 T = TypeVar("T")
@@ -92,11 +93,11 @@ def fetch_shard(obj: T, shard: dict[str, int] | None = None, **coords: int) -> F
     first = handles[0]
     for handle in handles:
         if handle.dropped:
-            raise TypeError(f"{handle!r} was dropped and cannot be fetched")
+            raise TensorUsageError(f"{handle!r} was dropped and cannot be fetched")
         if handle._engine is not first._engine or handle._mesh._shape != first._mesh._shape:
-            raise TypeError("fetch_shard takes tensors of one mesh at a time")
+            raise TensorUsageError("fetch_shard takes tensors of one mesh at a time")
         if handle._stream is not first._stream:
-            raise TypeError("fetch_shard takes tensors of one stream at a time")
+            raise TensorUsageError("fetch_shard takes tensors of one stream at a time")
     engine = first._engine
     rank = root_rank(first._mesh._shape, where)
     proc = engine.whole._members()[rank]

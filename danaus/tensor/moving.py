@@ -16,6 +16,7 @@ from torch.utils import _pytree as pytree
 
 from danaus.core.mesh import ProcMesh
 from danaus.tensor import commands
+from danaus.tensor.errors import TensorUsageError
 from danaus.tensor.fetch import root_rank
 from danaus.tensor.handle import Storage, Tensor
 from danaus.tensor.propagate import contiguous_meta
@@ -37,14 +38,14 @@ class MeshSliceTensor:
         if not isinstance(mesh, ProcMesh):
             raise TypeError(f"to_mesh takes a ProcMesh (or a slice of one), not {mesh!r}")
         if tensor.dropped:
-            raise TypeError(f"{tensor!r} was dropped and cannot be used")
+            raise TensorUsageError(f"{tensor!r} was dropped and cannot be used")
         if torch.is_grad_enabled() and tensor.requires_grad:
-            raise TypeError(
+            raise TensorUsageError(
                 f"{tensor!r} requires grad, and to_mesh is not differentiable: call it under "
                 "torch.no_grad(), or detach the tensor"
             )
         if "r" not in tensor._storage.access:
-            raise TypeError(f"{tensor!r} is lent mutably to another stream")
+            raise TensorUsageError(f"{tensor!r} is lent mutably to another stream")
         sends, sources = _pairs(self.slicing, mesh)
         source_engine = tensor._engine
         engine = engine_of(mesh)

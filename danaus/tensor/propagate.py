@@ -157,7 +157,10 @@ def _run_on_meta(
                 "compute it in a danaus.remote function with an explicit propagate="
             ) from None
     device = devices[0] if devices else _device_of(inputs)
-    mutated = tuple(i for i, m in enumerate(metas) if m._version > versions[i])
+    if isinstance(run, torch._ops.OpOverload):
+        mutated = _written(run, meta_args, meta_kwargs, metas)
+    else:
+        mutated = tuple(i for i, m in enumerate(metas) if m._version > versions[i])
     if isinstance(result, torch.Tensor):
         return Propagated((_output(result, metas, device),), None, (OUT,), mutated)
     leaves, spec = pytree.tree_flatten(result)
@@ -166,6 +169,24 @@ def _run_on_meta(
     )
     marked = tuple(OUT if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves)
     return Propagated(outputs, spec, marked, mutated)
+
+
+def _written(
+    op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any], metas: list[Any]
+) -> tuple[int, ...]:
+    """The indices of the inputs an operator writes to, from its schema.
+
+    Not from version counters: inside ``__torch_dispatch__`` the dispatcher skips the
+    keys that count versions, for the operators run there too.
+    """
+    written = []
+    for index, argument in enumerate(op._schema.arguments):
+        if argument.alias_info is None or not argument.alias_info.is_write:
+            continue
+        value = args[index] if index < len(args) else kwargs.get(argument.name)
+        for item in value if isinstance(value, (list, tuple)) else (value,):
+            written.extend(i for i, meta in enumerate(metas) if meta is item)
+    return tuple(sorted(set(written)))
 
 
 def _device_of(inputs: Sequence[Meta | torch.Tensor]) -> torch.device:

@@ -14,6 +14,7 @@ from torch.utils import _pytree as pytree
 
 from danaus.tensor import commands, stream
 from danaus.tensor.collectives import REDUCTIONS
+from danaus.tensor.errors import TensorUsageError
 from danaus.tensor.handle import Storage, Tensor
 from danaus.tensor.propagate import contiguous_meta
 
@@ -53,26 +54,26 @@ def reduce(
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction {reduction!r} is not one of {REDUCTIONS}")
     if tensor.dropped:
-        raise TypeError(f"{tensor!r} was dropped and cannot be used")
+        raise TensorUsageError(f"{tensor!r} was dropped and cannot be used")
     home = tensor._mesh
     names = _dims(home, dims)
     if len(names) > 1 and (reduction == "stack" or scatter):
         raise ValueError(f"reduction {reduction!r} with scatter={scatter} takes one dimension")
     if torch.is_grad_enabled() and tensor.requires_grad:
-        raise TypeError(
+        raise TensorUsageError(
             f"{tensor!r} requires grad, and reduce is not differentiable: reduce gradients, "
             "or call it under torch.no_grad()"
         )
     on = stream.get_active_stream()
     if tensor._stream is not on:
-        raise TypeError(f"{tensor!r} is on {tensor._stream}, but {on} is active")
+        raise TensorUsageError(f"{tensor!r} is on {tensor._stream}, but {on} is active")
     access = tensor._storage.access
     if "r" not in access or (inplace and "w" not in access):
-        raise TypeError(f"{tensor!r} is lent to another stream; drop the borrow first")
+        raise TensorUsageError(f"{tensor!r} is lent to another stream; drop the borrow first")
     size = home.size(names)
     sizes = list(tensor.shape)
     if scatter and (not sizes or sizes[0] != size):
-        raise TypeError(
+        raise ValueError(
             f"reduce with scatter=True needs the tensor's first dimension to be the group's "
             f"size ({size}), not {sizes[:1]}"
         )
