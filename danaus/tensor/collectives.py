@@ -51,7 +51,6 @@ class Collectives:
         self._state = state
         self._groups: dict[tuple[Any, ...], Any] = {}
         self._rounds: dict[tuple[Any, ...], itertools.count[int]] = {}
-        self._store: MessageStore | None = None
 
     def reduce(self, executor: Executor, command: tuple[Any, ...]) -> None:
         _, group_id, src, out, reduction, scatter = command
@@ -120,7 +119,10 @@ class Collectives:
         group = self._groups.get(key)
         if group is None:
             prefix = f"{self._state.mesh_id}/{executor.sid}/{device}/" + "-".join(map(str, members))
-            store = dist.PrefixStore(prefix, self._message_store())
+            procs = [self._state.proc_of(rank) for rank in members]
+            store = dist.PrefixStore(
+                prefix, MessageStore(self._state.peer(0), self._state.runtime, procs)
+            )
             rank, size = members.index(self._state.rank), len(members)
             if device == "cuda":
                 group = dist.ProcessGroupNCCL(store, rank, size)
@@ -131,11 +133,6 @@ class Collectives:
                 group = dist.ProcessGroupGloo(store, rank, size, options)
             self._groups[key] = group
         return group
-
-    def _message_store(self) -> MessageStore:
-        if self._store is None:
-            self._store = MessageStore(self._state.peer(0))
-        return self._store
 
     def _address(self) -> str:
         """Where gloo listens on this proc: the address Danaus's own connections use."""

@@ -6,30 +6,39 @@ are recorded in order into a pending batch, which leaves in one message for
 the procs of the slice it is for: when the loop next runs (so that commands
 issued back to back travel together), when it grows long, before a command
 for another slice, and at once when the controller waits for a value.
-Handles that the controller drops are freed with the next batch.
+Handles that the controller drops are freed with the next batch. A command
+for procs one of which has failed raises `SupervisionError` where it is
+recorded, as a call to an actor of theirs would; slices of the mesh without
+the failed proc go on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
 import pickle
 import threading
 import weakref
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from danaus.core.errors import SupervisionError
 from danaus.core.mesh import ProcMesh
 from danaus.core.shape import Shape, Slice
 from danaus.tensor import commands
 from danaus.tensor.handle import Storage, Tensor, make
 from danaus.tensor.propagate import Meta
 from danaus.tensor.stream import DEFAULT, Stream
+from danaus.tensor.transfers import member
 from danaus.tensor.worker import TensorWorker
 
 if TYPE_CHECKING:
     from danaus.core.mesh import ActorMesh
     from danaus.core.runtime import Runtime
+
+log = logging.getLogger("danaus.tensor")
 
 BATCH_LIMIT = 2048
 """Commands in a batch before it leaves without waiting for the loop."""
@@ -152,9 +161,9 @@ class Engine:
         return found
 
     def _setup(self, command: tuple[Any, ...]) -> None:
-        """Send a definition to every worker now (ahead of the batches that use it)."""
+        """Send a definition to every live worker now (ahead of the batches that use it)."""
         with self._lock:
-            self.workers.setup.broadcast(command)
+            _to_live(self.workers, lambda workers: workers.setup.broadcast(command))
 
     # ---- the command stream ----------------------------------------------------------
 
@@ -169,6 +178,9 @@ class Engine:
                 if self._segments and shape != self._target:
                     self._flush_locked()
                 self._target = shape
+            if not self._segments:
+                # A batch for procs one of which has failed would be lost: say so now.
+                self.workers._with_shape(shape)._check_usable()
             if self._drops:
                 self._take_drops()
             segments = self._segments
@@ -196,14 +208,22 @@ class Engine:
             self._scheduled = False
             self._flush_locked()
 
+    def _flush_soon(self) -> None:
+        """The flush the loop runs: a batch for procs that failed meanwhile is dropped (the
+        next command for them raises, as recording checks them)."""
+        try:
+            self.flush()
+        except SupervisionError as exc:
+            log.info("a batch of tensor commands was not sent: %s", exc)
+
     def _schedule(self) -> None:
         self._scheduled = True
         loop = self.runtime.loop
         try:
             if loop.is_running():
-                loop.call_soon_threadsafe(self.flush)
+                loop.call_soon_threadsafe(self._flush_soon)
             else:
-                loop.call_soon(self.flush)
+                loop.call_soon(self._flush_soon)
         except RuntimeError:  # the loop has closed: the world is gone, and the mesh with it
             self.closed = True
 
@@ -226,7 +246,13 @@ class Engine:
             else:
                 elsewhere.setdefault(shape, {}).setdefault(sid, []).append(ident)
         for shape, by_stream in elsewhere.items():
-            self._send(shape, [(sid, [(commands.DELETE, ids)]) for sid, ids in by_stream.items()])
+            payload = pickle.dumps(
+                [(sid, [(commands.DELETE, ids)]) for sid, ids in by_stream.items()]
+            )
+            _to_live(
+                self.workers._with_shape(shape),
+                lambda workers, payload=payload: workers.run.broadcast(payload),
+            )
 
     def _flush_locked(self) -> None:
         if self._drops:
@@ -239,9 +265,21 @@ class Engine:
     def _send(self, shape: Shape, segments: list[tuple[int, list[tuple[Any, ...]]]]) -> None:
         if self.closed:
             return
-        payload = pickle.dumps(segments, protocol=5)
-        self.workers._with_shape(shape).run.broadcast(payload)
+        workers = self.workers._with_shape(shape)
+        workers._check_usable()
+        workers.run.broadcast(pickle.dumps(segments, protocol=5))
 
     def close(self) -> None:
         """No more commands (the mesh stopped)."""
         self.closed = True
+
+
+def _to_live(workers: ActorMesh[TensorWorker], send: Callable[[ActorMesh[Any]], None]) -> None:
+    """``send(workers)``, or, where some have failed, ``send`` to each live one of them (what
+    every worker keeps, or frees: a failed proc's are gone with it)."""
+    try:
+        send(workers)
+    except SupervisionError:
+        for rank in workers._shape.ranks():
+            with contextlib.suppress(SupervisionError):
+                send(member(workers, rank))

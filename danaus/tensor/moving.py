@@ -52,7 +52,7 @@ class MeshSliceTensor:
         transfer = engine.runtime.new_id()
         stream = stream or tensor._stream
         source_engine.record(
-            tensor._mesh,
+            self.slicing,  # the procs that send: the others of the tensor's mesh have no part
             tensor._stream,
             (commands.SEND, transfer, tensor._id, sends, engine.workers),
         )

@@ -11,6 +11,7 @@ messages, over the job's authenticated connections (`MessageStore`, a
 from __future__ import annotations
 
 import datetime
+import time
 from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
@@ -19,9 +20,12 @@ from danaus.core.ports import Port
 
 if TYPE_CHECKING:
     from danaus.core.mesh import ActorMesh
+    from danaus.core.runtime import Runtime
 
 STORE_TIMEOUT = datetime.timedelta(seconds=300)
 """How long a proc waits for the others to reach a process group's creation."""
+LOSS_CHECK = 1.0
+"""How often (seconds) a wait at the store checks whether a proc of the group was lost."""
 
 
 class StoreHost:
@@ -69,15 +73,41 @@ class StoreHost:
 
 
 class MessageStore(dist.Store):
-    """A ``torch.distributed.Store`` whose keys live in a `StoreHost`, reached by messages."""
+    """A ``torch.distributed.Store`` whose keys live in a `StoreHost`, reached by messages.
 
-    def __init__(self, host: ActorMesh[Any], timeout: datetime.timedelta = STORE_TIMEOUT) -> None:
+    A wait for a key fails as soon as one of ``members`` (the procs of the group
+    being made) is lost, rather than when the timeout ends.
+    """
+
+    def __init__(
+        self,
+        host: ActorMesh[Any],
+        runtime: Runtime,
+        members: list[str],
+        timeout: datetime.timedelta = STORE_TIMEOUT,
+    ) -> None:
         super().__init__()
         self._host = host
+        self._runtime = runtime
+        self._members = members
         self._timeout = timeout
+        for proc in members:
+            runtime.on_loop(runtime.watch, proc)
 
     def _ask(self, op: str, key: str, value: Any = None) -> Any:
-        return self._host.store.call_one(op, key, value).get(self._timeout.total_seconds())
+        answer = self._host.store.call_one(op, key, value)
+        deadline = time.monotonic() + self._timeout.total_seconds()
+        while True:
+            try:
+                return answer.get(LOSS_CHECK)
+            except TimeoutError:
+                lost = [p for p in self._members if self._runtime.is_lost(p)]
+                if lost:
+                    raise RuntimeError(
+                        f"proc {lost[0]} of the group was lost while the group was being made"
+                    ) from None
+                if time.monotonic() > deadline:
+                    raise
 
     def set(self, key: str, value: Any) -> None:
         self._ask("set", key, value.encode() if isinstance(value, str) else bytes(value))
