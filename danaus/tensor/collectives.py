@@ -51,6 +51,7 @@ class Collectives:
         self._state = state
         self._groups: dict[tuple[Any, ...], Any] = {}
         self._rounds: dict[tuple[Any, ...], itertools.count[int]] = {}
+        self._stores: list[MessageStore] = []
 
     def reduce(self, executor: Executor, command: tuple[Any, ...]) -> None:
         _, group_id, src, out, reduction, scatter = command
@@ -80,6 +81,7 @@ class Collectives:
 
     def close(self) -> None:
         self._groups.clear()
+        self._stores.clear()
 
     # ---- torch.distributed --------------------------------------------------------
 
@@ -120,9 +122,11 @@ class Collectives:
         if group is None:
             prefix = f"{self._state.mesh_id}/{executor.sid}/{device}/" + "-".join(map(str, members))
             procs = [self._state.proc_of(rank) for rank in members]
-            store = dist.PrefixStore(
-                prefix, MessageStore(self._state.peer(0), self._state.runtime, procs)
-            )
+            meeting = MessageStore(self._state.peer(0), self._state.runtime, procs)
+            # torch holds the store in C++ only; without a reference here the Python object
+            # would go, and torch could no longer call its methods.
+            self._stores.append(meeting)
+            store = dist.PrefixStore(prefix, meeting)
             rank, size = members.index(self._state.rank), len(members)
             if device == "cuda":
                 group = dist.ProcessGroupNCCL(store, rank, size)
