@@ -17,6 +17,7 @@ defined, the events between streams, and the proc's torch generator.
 from __future__ import annotations
 
 import hashlib
+import logging
 import pickle
 from typing import Any
 
@@ -27,6 +28,7 @@ from danaus.core.context import context
 from danaus.core.mesh import ActorMesh
 from danaus.core.owned import STOP_TIMEOUT
 from danaus.core.ports import Port
+from danaus.core.undeliverable import UndeliverableMessageEnvelope
 from danaus.tensor import commands
 from danaus.tensor.collectives import Collectives
 from danaus.tensor.executor import Executor
@@ -35,6 +37,8 @@ from danaus.tensor.inbox import Events, Inbox
 from danaus.tensor.isolation import Isolated
 from danaus.tensor.store import StoreHost
 from danaus.tensor.transfers import Transfers, member
+
+log = logging.getLogger("danaus.tensor")
 
 
 def proc_seed(seed: int, mesh_id: str, rank: int) -> int:
@@ -137,6 +141,12 @@ class TensorWorker(Actor):
     async def store(self, port: Port[Any], op: str, key: str, value: Any) -> None:
         """The rendezvous store of the mesh (rank 0 only): see `danaus.tensor.store`."""
         self._store.handle(port, op, key, value)
+
+    def _handle_undeliverable_message(self, message: UndeliverableMessageEnvelope) -> bool:
+        """A value for a peer that stopped (its mesh is stopping): whoever waited for the
+        value learns of the stop or the loss another way; this worker is fine."""
+        log.info("%s", message)
+        return True
 
     def __cleanup__(self, exc: BaseException | None) -> None:
         for executor in self._streams.values():
