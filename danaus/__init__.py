@@ -101,6 +101,7 @@ _FROM_WORKERS = ("run_worker_loop_forever", "default_bootstrap_cmd", "make_job_k
 _FROM_TENSOR = (
     "RemoteProcessGroup",
     "RemoteTensorError",
+    "Simulator",
     "Stream",
     "Tensor",
     "call_on_shard_and_fetch",

@@ -30,6 +30,7 @@ import danaus.sim
 from danaus import MeshFailure, SupervisionError, hosts
 from danaus.chaos import History, Scenario, crash
 from danaus.tensor import RemoteTensorError
+from danaus.transports.sim.network import NetworkModel
 
 STEPS = 24
 CHECKPOINT_EVERY = 4
@@ -147,7 +148,8 @@ class DataParallelTraining(Scenario):
     """Training under crashed procs and slow or delayed links: it ends, with the right losses."""
 
     hosts = 2
-    duration = 2.0
+    network = NetworkModel(spawn_time=0.005)
+    duration = 0.05  # simulated seconds: the whole training takes about as long
     settle = 5.0
     kinds = ("crash", "delay", "slow")
 

@@ -482,11 +482,11 @@ class ProcMesh(_Mesh):
         return RemoteProcessGroup((dims,) if isinstance(dims, str) else tuple(dims), self)
 
     def to_table(self) -> str:
-        """Where each proc of this mesh lives, as a table: ``host.proc`` per cell."""
+        """Where each proc of this mesh lives, as a table: ``host:proc`` per cell."""
         from danaus.core.mesh_table import mesh_table
 
         per_host = max(1, len(self._procs) // max(1, len(self._host_mesh)))
-        return mesh_table(self._shape, lambda at: f"{at // per_host}.{at % per_host}")
+        return mesh_table(self._shape, lambda at: f"{at // per_host}:{at % per_host}")
 
     async def _stop_members(self, timeout: float) -> Stopped:
         """Stop every actor on these procs (children first), then end the procs.

@@ -1,6 +1,6 @@
 """A proc mesh as a table of text: where each of its procs lives (``ProcMesh.to_table()``).
 
-Each cell is ``host.proc``: the proc's host (its index in the mesh's host
+Each cell is ``host:proc``: the proc's host (its index in the mesh's host
 mesh) and its index among that host's procs of the mesh. The last dimension
 runs along the columns, the one before it down the rows, and each
 combination of the dimensions before those gets a table of its own.

@@ -31,6 +31,7 @@ from danaus.tensor.process_group import RemoteProcessGroup
 from danaus.tensor.reduce import reduce_
 from danaus.tensor.reduce import reduce_tree as reduce
 from danaus.tensor.remote import Remote, call_on_shard_and_fetch, remote
+from danaus.tensor.simulator import Simulator
 from danaus.tensor.stream import Borrow, Stream, get_active_stream
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "Remote",
     "RemoteProcessGroup",
     "RemoteTensorError",
+    "Simulator",
     "Stream",
     "Tensor",
     "TensorUsageError",

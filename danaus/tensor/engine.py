@@ -14,37 +14,32 @@ the failed proc go on.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
-import pickle
 import threading
 import weakref
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from danaus.core.errors import SupervisionError
 from danaus.core.mesh import ProcMesh
 from danaus.core.shape import Shape, Slice
 from danaus.tensor import commands
+from danaus.tensor.delivery import Delivery, Workers
 from danaus.tensor.handle import Storage, Tensor, make
 from danaus.tensor.propagate import Meta
 from danaus.tensor.stream import DEFAULT, Stream
-from danaus.tensor.transfers import member
-from danaus.tensor.worker import TensorWorker
 
 if TYPE_CHECKING:
     from danaus.core.mesh import ActorMesh
     from danaus.core.runtime import Runtime
+    from danaus.tensor.worker import TensorWorker
 
 log = logging.getLogger("danaus.tensor")
 
 BATCH_LIMIT = 2048
 """Commands in a batch before it leaves without waiting for the loop."""
-
-WORKERS = "tensor_engine"
-"""The name of the mesh of tensor workers on a proc mesh."""
 
 _engines: weakref.WeakKeyDictionary[Runtime, dict[str, Engine]] = weakref.WeakKeyDictionary()
 """Each runtime's engines, by proc mesh id: a runtime's state, kept beside it."""
@@ -58,8 +53,15 @@ def engine_of(mesh: ProcMesh) -> Engine:
     engines = _engines.setdefault(runtime, {})
     engine = engines.get(mesh._mesh_id)
     if engine is None:
-        engine = engines[mesh._mesh_id] = Engine(runtime, _whole(mesh))
+        whole = _whole(mesh)
+        engine = Engine(runtime, whole, Workers(whole, runtime.world.seed))
+        engines[mesh._mesh_id] = engine
     return engine
+
+
+def register(runtime: Runtime, engine: Engine) -> None:
+    """Make ``engine`` the one of its mesh for ``runtime`` (a simulated mesh's)."""
+    _engines.setdefault(runtime, {})[engine.whole._mesh_id] = engine
 
 
 def _whole(mesh: ProcMesh) -> ProcMesh:
@@ -75,12 +77,10 @@ def _whole(mesh: ProcMesh) -> ProcMesh:
 class Engine:
     """The command stream from this controller to the tensor workers of one proc mesh."""
 
-    def __init__(self, runtime: Runtime, whole: ProcMesh) -> None:
+    def __init__(self, runtime: Runtime, whole: ProcMesh, delivery: Delivery) -> None:
         self.runtime = runtime
         self.whole = whole
-        self.workers: ActorMesh[TensorWorker] = whole.spawn(
-            WORKERS, TensorWorker, runtime.world.seed, whole._mesh_id
-        )
+        self.delivery = delivery
         self._ids = itertools.count(1)
         self._events = itertools.count(1)
         self._lock = threading.Lock()
@@ -93,6 +93,11 @@ class Engine:
         self._streams: dict[Stream, int] = {DEFAULT: 0}
         self._groups: dict[tuple[Any, ...], int] = {}
         self.closed = False
+
+    @property
+    def workers(self) -> ActorMesh[TensorWorker]:
+        """The tensor workers of the mesh (another mesh's workers name them to send to)."""
+        return self.delivery.workers
 
     # ---- handles -------------------------------------------------------------------
 
@@ -123,6 +128,10 @@ class Engine:
             self._schedule()
 
     # ---- definitions every worker keeps ----------------------------------------------
+
+    def streams(self) -> dict[Stream, int]:
+        """The streams used so far on this mesh, and their ids."""
+        return dict(self._streams)
 
     def stream_id(self, stream: Stream) -> int:
         found = self._streams.get(stream)
@@ -163,7 +172,7 @@ class Engine:
     def _setup(self, command: tuple[Any, ...]) -> None:
         """Send a definition to every live worker now (ahead of the batches that use it)."""
         with self._lock:
-            _to_live(self.workers, lambda workers: workers.setup.broadcast(command))
+            self.delivery.setup(command)
 
     # ---- the command stream ----------------------------------------------------------
 
@@ -180,7 +189,7 @@ class Engine:
                 self._target = shape
             if not self._segments:
                 # A batch for procs one of which has failed would be lost: say so now.
-                self.workers._with_shape(shape)._check_usable()
+                self.delivery.check(shape)
             if self._drops:
                 self._take_drops()
             segments = self._segments
@@ -246,12 +255,8 @@ class Engine:
             else:
                 elsewhere.setdefault(shape, {}).setdefault(sid, []).append(ident)
         for shape, by_stream in elsewhere.items():
-            payload = pickle.dumps(
-                [(sid, [(commands.DELETE, ids)]) for sid, ids in by_stream.items()]
-            )
-            _to_live(
-                self.workers._with_shape(shape),
-                lambda workers, payload=payload: workers.run.broadcast(payload),
+            self.delivery.send_to_live(
+                shape, [(sid, [(commands.DELETE, ids)]) for sid, ids in by_stream.items()]
             )
 
     def _flush_locked(self) -> None:
@@ -263,23 +268,9 @@ class Engine:
             self._send(self._target, segments)
 
     def _send(self, shape: Shape, segments: list[tuple[int, list[tuple[Any, ...]]]]) -> None:
-        if self.closed:
-            return
-        workers = self.workers._with_shape(shape)
-        workers._check_usable()
-        workers.run.broadcast(pickle.dumps(segments, protocol=5))
+        if not self.closed:
+            self.delivery.send(shape, segments)
 
     def close(self) -> None:
         """No more commands (the mesh stopped)."""
         self.closed = True
-
-
-def _to_live(workers: ActorMesh[TensorWorker], send: Callable[[ActorMesh[Any]], None]) -> None:
-    """``send(workers)``, or, where some have failed, ``send`` to each live one of them (what
-    every worker keeps, or frees: a failed proc's are gone with it)."""
-    try:
-        send(workers)
-    except SupervisionError:
-        for rank in workers._shape.ranks():
-            with contextlib.suppress(SupervisionError):
-                send(member(workers, rank))
