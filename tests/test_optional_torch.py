@@ -18,7 +18,8 @@ import danaus.sim
 
 def main():
     mesh = this_host().spawn_procs({"gpu": 2})
-    for use in (lambda: danaus.inspect, lambda: mesh.activate(), lambda: __import__("danaus.tensor")):
+    uses = (lambda: danaus.inspect, lambda: mesh.activate(), lambda: __import__("danaus.tensor"))
+    for use in uses:
         try:
             use()
         except ModuleNotFoundError as exc:
