@@ -188,7 +188,8 @@ def main() -> None:
     args = parser.parse_args()
     first = simulate(args.seed, args.crash_at)
     losses, restarts, failures = first.value
-    print(f"trained {STEPS} steps with {restarts} restart(s); lost: {failures[0].report()}")
+    lost = ", ".join(f"{dict(failure.rank)} ({failure.cause})" for failure in failures)
+    print(f"trained {STEPS} steps with {restarts} restart(s); lost: {lost}")
     print("losses:", " ".join(f"{loss:.4f}" for loss in losses))
     worst = max(abs(a - b) for a, b in zip(losses, one_process()))
     print(f"largest difference from one process: {worst:.2e}")

@@ -456,8 +456,8 @@ class ProcMesh(_Mesh):
         """Make torch operations in this code run on every proc of this mesh (or slice).
 
         From the call until the ``with`` block it opens ends, tensors made here
-        are `danaus.Tensor` handles, each proc holding a shard; see
-        [Distributed tensors](../distributed-tensors.md). Needs torch.
+        are `danaus.Tensor` handles, each proc holding a shard of its own (see the
+        documentation's *Distributed tensors*). Needs torch.
         """
         from danaus.tensor.active import Activated
 
