@@ -1,12 +1,14 @@
-"""Moving shards between procs (``to_mesh``): registered memory, read by the receiver.
+"""Moving shards between procs (``to_mesh``): proc to proc, never through the controller.
 
-The sending proc registers its shard with its transport (no copy, when the
-shard is contiguous) and sends the handle to each receiving proc's worker;
-each receiver reads the bytes straight from the sender's memory (one-sided on
-ucx and verbs; served by a transport thread of the sender on tcp; simulated
-on sim), then says so, and the sender lets the memory go once every receiver
-has. Until then, work on the sender that would write to the shard waits. The
-controller only ever sends the two commands.
+Where the transport reads memory one-sided (ucx, verbs, and the simulator),
+the sending proc registers its shard (no copy, when the shard is contiguous)
+and sends each receiving proc's worker the handle; the receiver reads the
+bytes straight from the sender's memory. Elsewhere (tcp, whose reads of
+registered memory a transport thread of the owner serves) the shard itself
+travels in the message, out of band, which is the faster of the two there.
+Either way the receiver then says so, and until every receiver has, work on
+the sender that would write to the shard waits (and the shard stays alive).
+The controller only ever sends the two commands.
 """
 
 from __future__ import annotations
@@ -26,10 +28,6 @@ if TYPE_CHECKING:
     from danaus.core.mesh import ActorMesh
     from danaus.tensor.executor import Executor
     from danaus.tensor.worker import WorkerState
-
-_EMPTY = "empty"
-"""Offered in place of a handle for a shard with no bytes."""
-
 
 class _Outgoing:
     """A shard offered to receivers that have not all read it yet."""
@@ -77,12 +75,12 @@ class Transfers:
             source = source.cpu()
         source = source.contiguous()
         handle = None
-        if source.numel():
+        if transport.memory_one_sided and source.numel():
             handle = transport.register(as_bytes(source, writable=True, what="a shard"))
         done, _ = new_future(state.runtime.loop)
         with self._lock:
             self._outgoing[transfer] = _Outgoing(source, handle, set(receivers), done)
-        offer = (handle if handle is not None else _EMPTY, str(value.device))
+        offer = (source if handle is None else handle, str(value.device))
         for rank in receivers:
             member(peers, rank).deliver.broadcast(key, offer)
 
@@ -97,13 +95,15 @@ class Transfers:
         if isinstance(offer, RemoteTensorError):
             state.table[out] = Failed(offer)
             return
-        handle, device = offer
-        received = torch.empty(shape, dtype=dtype)
-        if handle != _EMPTY:
+        data, device = offer
+        if isinstance(data, torch.Tensor):  # it came in the message
+            received = data.reshape(shape)
+        else:
+            received = torch.empty(shape, dtype=dtype)
             runtime = state.runtime
-            runtime.on_loop(runtime.watch, handle.owner)
+            runtime.on_loop(runtime.watch, data.owner)
             view = as_bytes(received, writable=True, what="a received shard")
-            executor.wait(runtime.submit(runtime.transport.read(handle, 0, view)))
+            executor.wait(runtime.submit(runtime.transport.read(data, 0, view)))
         state.table[out] = received if device == "cpu" else received.to(device)
         member(peers, source).transferred.broadcast(transfer, state.rank)
 
