@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import os
 import sys
 
 import _rdma_workloads
@@ -52,13 +53,29 @@ def main() -> int:
     else:
         results = run_all(MeshFramework(monarch.actor), QUICK if args.quick else FULL)
     print(json.dumps({"info": info}), flush=True)
+    done: list[str] = []
+    if args.suite == "tensor":
+        monarch.actor.unhandled_fault_hook = lambda failure: _give_up(failure, done)
     for result in results:
         print(json.dumps(result), flush=True)
+        done.append(result["workload"])
     try:
         shutdown_context().get()
     except Exception as exc:
         print(f"shutdown_context: {exc}", file=sys.stderr)
     return 0
+
+
+def _give_up(failure: object, done: list[str]) -> None:
+    """Monarch's tensor engine workers failed (its default hook would end the process without
+    a word): report the failure for the workload that was running and those not yet run."""
+    import _tensor_workloads
+
+    error = f"Monarch's tensor workers failed: {str(failure).splitlines()[0][:300]}"
+    for name in _tensor_workloads.NAMES:
+        if name not in done:
+            print(json.dumps({"workload": name, "error": error}), flush=True)
+    os._exit(0)
 
 
 if __name__ == "__main__":

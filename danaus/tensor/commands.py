@@ -28,7 +28,8 @@ int for one tensor, else a tuple whose ``None`` entries are inputs returned as t
 ``mutated`` are the ids of arguments it writes."""
 DEFINE = 1
 """``(DEFINE, fn_id, what, payload)``: bind ``fn_id`` to an aten operator (``what`` "op",
-``payload`` its name) or to a function (``what`` "path" or "pickled")."""
+``payload`` its name) or to a function (``what`` "path" or "pickled"). A definition is not
+part of a batch: the worker's actor takes it (``TensorWorker.setup``)."""
 DELETE = 2
 """``(DELETE, ids)``: forget these handles on this stream."""
 FETCH = 3
@@ -44,7 +45,7 @@ REDUCE = 5
 group (``out`` None: in place)."""
 GROUPS = 6
 """``(GROUPS, group_id, members)``: ``members`` is a tuple of tuples of root ranks, one per
-group; each proc belongs to one of them."""
+group; each proc belongs to one of them. A definition, as `DEFINE`."""
 SEND = 7
 """``(SEND, transfer, src, sends, peers)``: offer the shard of ``src`` to the root ranks
 ``sends[my rank]`` of the worker mesh ``peers``."""
@@ -57,8 +58,6 @@ WAIT = 10
 """``(WAIT, event)``: go on once another stream has signalled ``event``."""
 ALIAS = 11
 """``(ALIAS, new, old)``: handle ``new`` is the shard of ``old`` (a borrow on another stream)."""
-
-KINDS = 12
 
 
 def resolve(
@@ -89,19 +88,3 @@ def resolve(
                 resolved[head] = inner
             inner[path[1]] = lookup(inner[path[1]])
     return resolved, named
-
-
-def ids_at(
-    args: tuple[Any, ...], kwargs: dict[str, Any] | None, refs: tuple[RefPath, ...]
-) -> list[int]:
-    """The handle ids at ``refs`` (the inputs of a command)."""
-    found = []
-    for path in refs:
-        if type(path) is int:
-            found.append(args[path])
-        elif type(path[0]) is str:
-            value = kwargs[path[0]] if kwargs else None
-            found.append(value if len(path) == 1 else value[path[1]])
-        else:
-            found.append(args[path[0]][path[1]])
-    return found

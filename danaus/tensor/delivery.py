@@ -33,11 +33,11 @@ class Delivery:
     def check(self, shape: Shape) -> None:
         """Raise `SupervisionError` if a proc under ``shape`` has failed."""
 
-    def send(self, shape: Shape, segments: Segments) -> None:
-        """Deliver a batch to the procs under ``shape``, in order after the previous ones."""
+    def send(self, shape: Shape, batch: int, segments: Segments) -> None:
+        """Deliver batch number ``batch`` to the procs under ``shape``, after the previous ones."""
         raise NotImplementedError
 
-    def send_to_live(self, shape: Shape, segments: Segments) -> None:
+    def send_to_live(self, shape: Shape, batch: int, segments: Segments) -> None:
         """`send` to the procs under ``shape`` that live (a batch that frees handles)."""
         raise NotImplementedError
 
@@ -66,13 +66,13 @@ class Workers(Delivery):
     def check(self, shape: Shape) -> None:
         self._workers._with_shape(shape)._check_usable()
 
-    def send(self, shape: Shape, segments: Segments) -> None:
+    def send(self, shape: Shape, batch: int, segments: Segments) -> None:
         workers = self._workers._with_shape(shape)
         workers._check_usable()
-        workers.run.broadcast(pickle.dumps(segments, protocol=5))
+        workers.run.broadcast(pickle.dumps((batch, segments), protocol=5))
 
-    def send_to_live(self, shape: Shape, segments: Segments) -> None:
-        payload = pickle.dumps(segments, protocol=5)
+    def send_to_live(self, shape: Shape, batch: int, segments: Segments) -> None:
+        payload = pickle.dumps((batch, segments), protocol=5)
         _to_live(self._workers._with_shape(shape), lambda w: w.run.broadcast(payload))
 
     def setup(self, command: tuple[Any, ...]) -> None:

@@ -263,7 +263,7 @@ def _record(
         outs: Any = ids[0]
     else:
         outs = tuple(ids)
-    engine.record(mesh, on, command(outs))
+    engine.record(mesh, on, command(outs), traced=True)
     if found.spec is None:
         return outputs[0]
     queue = iter(outputs)

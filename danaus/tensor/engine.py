@@ -15,12 +15,17 @@ the failed proc go on.
 from __future__ import annotations
 
 import itertools
+import linecache
 import logging
+import os
+import sys
 import threading
 import weakref
 from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+import torch
 
 from danaus.core.errors import SupervisionError
 from danaus.core.mesh import ProcMesh
@@ -40,6 +45,40 @@ log = logging.getLogger("danaus.tensor")
 
 BATCH_LIMIT = 2048
 """Commands in a batch before it leaves without waiting for the loop."""
+
+SITES_KEPT = 16384
+"""Where the most recent commands were issued, kept to name it when one of them fails."""
+SITE_FRAMES = 4
+"""Frames of the user's code kept per command (innermost first)."""
+
+_LIBRARIES = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(torch.__file__))
+"""Frames in these (Danaus's own, torch's) are not the user's."""
+
+Key = tuple[int, int]
+"""A command's place: its batch's number, and its index in the batch."""
+
+
+def _user_frames() -> tuple[tuple[str, int, str], ...]:
+    """The innermost frames of the code that called into torch or Danaus."""
+    frame = sys._getframe(2)
+    found = []
+    while frame is not None and len(found) < SITE_FRAMES:
+        code = frame.f_code
+        if not code.co_filename.startswith(_LIBRARIES):
+            found.append((code.co_filename, frame.f_lineno, code.co_name))
+        frame = frame.f_back
+    return tuple(found)
+
+
+def _format(frames: tuple[tuple[str, int, str], ...]) -> str:
+    lines = []
+    for filename, lineno, name in reversed(frames):
+        lines.append(f'  File "{filename}", line {lineno}, in {name}\n')
+        source = linecache.getline(filename, lineno).strip()
+        if source:
+            lines.append(f"    {source}\n")
+    return "".join(lines)
+
 
 _engines: weakref.WeakKeyDictionary[Runtime, dict[str, Engine]] = weakref.WeakKeyDictionary()
 """Each runtime's engines, by proc mesh id: a runtime's state, kept beside it."""
@@ -87,6 +126,9 @@ class Engine:
         self._target: Shape | None = None
         self._segments: list[tuple[int, list[tuple[Any, ...]]]] = []
         self._count = 0
+        self._batches = itertools.count()
+        self._batch = next(self._batches)
+        self._sites: dict[Key, tuple[tuple[str, int, str], ...]] = {}
         self._scheduled = False
         self._drops: deque[tuple[Shape, int, int]] = deque()
         self._functions: dict[Any, int] = {}
@@ -100,9 +142,6 @@ class Engine:
         return self.delivery.workers
 
     # ---- handles -------------------------------------------------------------------
-
-    def new_id(self) -> int:
-        return next(self._ids)
 
     def new_event(self) -> int:
         return next(self._events)
@@ -176,8 +215,13 @@ class Engine:
 
     # ---- the command stream ----------------------------------------------------------
 
-    def record(self, mesh: ProcMesh, stream: Stream, command: tuple[Any, ...]) -> None:
-        """Add ``command`` for the procs of ``mesh``, on ``stream``, to the pending batch."""
+    def record(
+        self, mesh: ProcMesh, stream: Stream, command: tuple[Any, ...], traced: bool = False
+    ) -> None:
+        """Add ``command`` for the procs of ``mesh``, on ``stream``, to the pending batch.
+
+        ``traced``: note where the user's code issued it, to show if it fails.
+        """
         sid = self._streams.get(stream)
         if sid is None:
             sid = self.stream_id(stream)
@@ -197,6 +241,8 @@ class Engine:
                 segments[-1][1].append(command)
             else:
                 segments.append((sid, [command]))
+            if traced:
+                self._remember((self._batch, self._count), _user_frames())
             self._count += 1
             if self._count >= BATCH_LIMIT:
                 self._flush_locked()
@@ -209,6 +255,7 @@ class Engine:
         sid = self.stream_id(stream)
         with self._lock:
             self._flush_locked()
+            self._remember((self._batch, 0), _user_frames())
             self._send(Shape((), Slice(rank, (), ())), [(sid, [command])])
 
     def flush(self) -> None:
@@ -251,25 +298,42 @@ class Engine:
                     or segments[-1][1][-1][0] != commands.DELETE
                 ):
                     segments.append((sid, [(commands.DELETE, [])]))
+                    self._count += 1
                 segments[-1][1][-1][1].append(ident)
             else:
                 elsewhere.setdefault(shape, {}).setdefault(sid, []).append(ident)
         for shape, by_stream in elsewhere.items():
             self.delivery.send_to_live(
-                shape, [(sid, [(commands.DELETE, ids)]) for sid, ids in by_stream.items()]
+                shape,
+                next(self._batches),
+                [(sid, [(commands.DELETE, ids)]) for sid, ids in by_stream.items()],
             )
 
     def _flush_locked(self) -> None:
         if self._drops:
             self._take_drops()
         segments, self._segments = self._segments, []
-        self._count = 0
         if segments and self._target is not None:
             self._send(self._target, segments)
 
     def _send(self, shape: Shape, segments: list[tuple[int, list[tuple[Any, ...]]]]) -> None:
+        """Send a batch (the pending one, or one of its own), under the next batch number."""
+        batch = self._batch
+        self._batch = next(self._batches)
+        self._count = 0
         if not self.closed:
-            self.delivery.send(shape, segments)
+            self.delivery.send(shape, batch, segments)
+
+    def _remember(self, key: Key, frames: tuple[tuple[str, int, str], ...]) -> None:
+        sites = self._sites
+        if len(sites) >= SITES_KEPT:
+            del sites[next(iter(sites))]  # the oldest
+        sites[key] = frames
+
+    def issued(self, key: Key | None) -> str:
+        """Where the user's code issued the command at ``key``, as a traceback ("" if unknown)."""
+        frames = self._sites.get(key) if key is not None else None
+        return _format(frames) if frames else ""
 
     def close(self) -> None:
         """No more commands (the mesh stopped)."""

@@ -39,6 +39,7 @@ class RemoteTensorError(Exception):
         traceback: str,
         depends: bool = False,
         issued: str = "",
+        issued_at: tuple[int, int] | None = None,
     ) -> None:
         self.rank = rank
         self.operation = operation
@@ -46,11 +47,18 @@ class RemoteTensorError(Exception):
         self.traceback = traceback
         self.depends = depends
         self.issued = issued
+        """Where the controller's code issued the failed operation (a traceback), when known."""
+        self.issued_at = issued_at
+        """The failed command's place in the engine's command stream."""
         super().__init__(rank, operation)
 
     def __str__(self) -> str:
         what = "a tensor that depends on the failed operation was fetched: " if self.depends else ""
-        where = f"\ncontroller code that issued it:\n{self.issued.rstrip()}" if self.issued else ""
+        where = (
+            f"\nissued in the controller (most recent call last):\n{self.issued.rstrip()}"
+            if self.issued
+            else ""
+        )
         return (
             f"{what}{self.operation} failed on rank {self.rank}: "
             f"{type(self.exception).__name__}: {self.exception}{where}\n"
@@ -60,7 +68,13 @@ class RemoteTensorError(Exception):
     def dependent(self) -> RemoteTensorError:
         """This error as seen from a tensor computed from the failed one."""
         return RemoteTensorError(
-            self.rank, self.operation, self.exception, self.traceback, True, self.issued
+            self.rank,
+            self.operation,
+            self.exception,
+            self.traceback,
+            True,
+            self.issued,
+            self.issued_at,
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -79,6 +93,7 @@ class RemoteTensorError(Exception):
                 self.traceback,
                 self.depends,
                 self.issued,
+                self.issued_at,
             ),
         )
 
@@ -92,9 +107,10 @@ def _rebuild(
     traceback: str,
     depends: bool,
     issued: str,
+    issued_at: tuple[int, int] | None,
 ) -> RemoteTensorError:
     exception: BaseException = RemoteException(type_name, text)
     if packed is not None:
         with contextlib.suppress(Exception):
             exception = pickle.loads(packed)
-    return RemoteTensorError(rank, operation, exception, traceback, depends, issued)
+    return RemoteTensorError(rank, operation, exception, traceback, depends, issued, issued_at)

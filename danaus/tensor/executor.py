@@ -47,41 +47,49 @@ class Executor:
         self.table = state.table
         self._runner = runner
         self._lock = threading.Lock()
-        self._queue: deque[list[tuple[Any, ...]]] = deque()
+        self._queue: deque[tuple[tuple[int, int], list[tuple[Any, ...]]]] = deque()
         self._draining = False
         self._closed = False
         self._saved: _Saved | None = None
+        by_kind = {
+            commands.CALL: self._call,
+            commands.DEFINE: self._definition,
+            commands.DELETE: self._delete,
+            commands.FETCH: self._fetch,
+            commands.REMOTE: self._remote,
+            commands.REDUCE: self._reduce,
+            commands.GROUPS: self._definition,
+            commands.SEND: self._send,
+            commands.RECV: self._recv,
+            commands.SIGNAL: self._signal,
+            commands.WAIT: self._wait,
+            commands.ALIAS: self._alias,
+        }
+        # A list indexed by kind: the run loop looks a handler up once per command.
         self._handlers: list[Callable[[tuple[Any, ...]], None]] = [
-            self._call,
-            self._unused,
-            self._delete,
-            self._fetch,
-            self._remote,
-            self._reduce,
-            self._unused,
-            self._send,
-            self._recv,
-            self._signal,
-            self._wait,
-            self._alias,
+            by_kind[kind] for kind in range(len(by_kind))
         ]
 
     # ---- the queue ----------------------------------------------------------------
 
-    def submit(self, batch: list[tuple[Any, ...]]) -> None:
-        """Run ``batch`` after what this stream already has (from the worker's thread)."""
+    def submit(self, place: tuple[int, int], batch: list[tuple[Any, ...]]) -> None:
+        """Run ``batch`` after what this stream already has (from the worker's thread).
+
+        ``place`` is the batch's number and the index of the first of these commands in it
+        (a failure names it, and the controller knows where it was issued).
+        """
         with self._lock:
             if not self._draining and _runs_at_once(batch) and not self.state.transfers.busy:
                 self._draining = True
                 inline = True
             else:
-                self._queue.append(batch)
+                self._queue.append((place, batch))
                 inline = False
                 start = not self._draining
                 self._draining = True
         if inline:
             try:
-                self._run(batch)
+                self._run(place, batch)
             finally:
                 with self._lock:
                     start = bool(self._queue)
@@ -98,8 +106,8 @@ class Executor:
                 if not self._queue or self._closed:
                     self._draining = False
                     return
-                batch = self._queue.popleft()
-            await self._runner.call_sync(partial(self._run, batch))
+                place, batch = self._queue.popleft()
+            await self._runner.call_sync(partial(self._run, place, batch))
 
     def close(self, timeout: float) -> None:
         """Drop the batches not yet started and end the stream's runner.
@@ -121,17 +129,18 @@ class Executor:
 
     # ---- running ------------------------------------------------------------------
 
-    def _run(self, batch: list[tuple[Any, ...]]) -> None:
+    def _run(self, place: tuple[int, int], batch: list[tuple[Any, ...]]) -> None:
         isolated = self.state.isolated
         if isolated is not None:
             self._saved = isolated.enter()
         handlers = self._handlers
         try:
-            for command in batch:
+            batch_number, first = place
+            for index, command in enumerate(batch, first):
                 try:
                     handlers[command[0]](command)
                 except Exception as exc:
-                    self._failed(command, exc)
+                    self._failed(command, exc, (batch_number, index))
         finally:
             if isolated is not None and self._saved is not None:
                 isolated.leave(self._saved)
@@ -245,12 +254,12 @@ class Executor:
     def _recv(self, command: tuple[Any, ...]) -> None:
         self.state.transfers.recv(self, command)
 
-    def _unused(self, command: tuple[Any, ...]) -> None:
-        raise ValueError(f"command kind {command[0]} does not run on a stream")
+    def _definition(self, command: tuple[Any, ...]) -> None:
+        raise ValueError(f"command kind {command[0]} is a definition: it does not run on a stream")
 
     # ---- failures -----------------------------------------------------------------
 
-    def _failed(self, command: tuple[Any, ...], exc: Exception) -> None:
+    def _failed(self, command: tuple[Any, ...], exc: Exception, key: tuple[int, int]) -> None:
         if isinstance(exc, Poisoned):
             failed = Failed(exc.failed.error.dependent())
         else:
@@ -259,6 +268,7 @@ class Executor:
                 self._describe(command),
                 exc,
                 remote_traceback(exc),
+                issued_at=key,
             )
             failed = Failed(error)
         for ident in _defined_by(command):

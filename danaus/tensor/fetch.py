@@ -10,7 +10,7 @@ answer comes to a port that also fails if the proc is lost.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from torch.utils import _pytree as pytree
@@ -19,8 +19,11 @@ from danaus.core.future import Future, new_future
 from danaus.core.ports import FirstHandler
 from danaus.core.shape import Shape
 from danaus.tensor import commands
-from danaus.tensor.errors import TensorUsageError
+from danaus.tensor.errors import RemoteTensorError, TensorUsageError
 from danaus.tensor.handle import Tensor
+
+if TYPE_CHECKING:
+    from danaus.tensor.engine import Engine
 
 T = TypeVar("T")
 
@@ -67,12 +70,17 @@ def unpack(packed: list[tuple[str, tuple[int, ...], Any]]) -> list[torch.Tensor]
 class _Values(FirstHandler):
     """The answer of one fetch: the shards' values, put back into the fetched structure."""
 
-    def __init__(self, proc: str, afut: asyncio.Future[Any], leaves: list[Any], spec: Any) -> None:
+    def __init__(
+        self, proc: str, afut: asyncio.Future[Any], leaves: list[Any], spec: Any, engine: Engine
+    ) -> None:
         super().__init__([proc], afut)
         self._leaves = leaves
         self._spec = spec
+        self._engine = engine
 
     def arrived(self, rank: int, value: Any, exc: BaseException | None) -> None:
+        if isinstance(exc, RemoteTensorError) and not exc.issued:
+            exc.issued = self._engine.issued(exc.issued_at)
         if exc is None:
             values = iter(unpack(value))
             leaves = [next(values) if isinstance(leaf, Tensor) else leaf for leaf in self._leaves]
@@ -103,7 +111,7 @@ def fetch_shard(obj: T, shard: dict[str, int] | None = None, **coords: int) -> F
     proc = engine.whole._members()[rank]
     runtime = engine.runtime
     afut, future = new_future(runtime.loop)
-    port = runtime.open_port(_Values(proc, afut, leaves, spec))
+    port = runtime.open_port(_Values(proc, afut, leaves, spec, engine))
     runtime.watch(proc)
     ids = [handle._id for handle in handles]
     engine.send_to_one(rank, first._stream, (commands.FETCH, rank, ids, port))

@@ -55,6 +55,7 @@ class MeshSliceTensor:
             self.slicing,  # the procs that send: the others of the tensor's mesh have no part
             tensor._stream,
             (commands.SEND, transfer, tensor._id, sends, engine.workers),
+            traced=True,
         )
         result = engine.handle(
             mesh,
@@ -74,6 +75,7 @@ class MeshSliceTensor:
                 tensor.dtype,
                 source_engine.workers,
             ),
+            traced=True,
         )
         return result
 

@@ -92,10 +92,14 @@ def reduce(
     if out is not None:
         if list(out.shape) != sizes:
             raise ValueError(f"out has shape {list(out.shape)}; the result's is {sizes}")
-        engine.record(home, on, (commands.REDUCE, group, tensor._id, out._id, reduction, scatter))
+        engine.record(
+            home, on, (commands.REDUCE, group, tensor._id, out._id, reduction, scatter), traced=True
+        )
         return out
     result = engine.handle(home, on, meta, Storage())
-    engine.record(home, on, (commands.REDUCE, group, tensor._id, result._id, reduction, scatter))
+    engine.record(
+        home, on, (commands.REDUCE, group, tensor._id, result._id, reduction, scatter), traced=True
+    )
     return result
 
 

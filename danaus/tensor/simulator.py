@@ -50,7 +50,7 @@ class Timeline(Delivery):
         if command[0] == commands.GROUPS:
             self._groups[command[1]] = command[2]
 
-    def send(self, shape: Shape, segments: Segments) -> None:
+    def send(self, shape: Shape, batch: int, segments: Segments) -> None:
         ranks = shape.ranks()
         for sid, batch in segments:
             for command in batch:

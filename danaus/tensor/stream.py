@@ -14,8 +14,6 @@ stream then waits for the other's work on it before going on.
 from __future__ import annotations
 
 import traceback
-from collections.abc import Iterator
-from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -128,10 +126,6 @@ def get_active_stream() -> Stream:
     return _active.get()
 
 
-def active() -> Stream:
-    return _active.get()
-
-
 class _activated:
     """Activates a stream at once; leaving the ``with`` block restores the one before."""
 
@@ -143,8 +137,3 @@ class _activated:
 
     def __exit__(self, *exc: object) -> None:
         _active.reset(self._token)
-
-
-@contextmanager
-def _unused() -> Iterator[None]:
-    yield

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from danaus.tensor.executor import Executor
     from danaus.tensor.worker import WorkerState
 
+
 class _Outgoing:
     """A shard offered to receivers that have not all read it yet."""
 

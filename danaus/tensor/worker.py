@@ -124,8 +124,11 @@ class TensorWorker(Actor):
     @endpoint
     async def run(self, payload: bytes) -> None:
         """A batch: each segment to its stream, in order."""
-        for sid, batch in pickle.loads(payload):
-            self._stream(sid).submit(batch)
+        batch, segments = pickle.loads(payload)
+        first = 0
+        for sid, batch_commands in segments:
+            self._stream(sid).submit((batch, first), batch_commands)
+            first += len(batch_commands)
 
     @endpoint
     async def deliver(self, key: Any, value: Any) -> None:

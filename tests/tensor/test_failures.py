@@ -53,6 +53,8 @@ def test_a_failed_operation_poisons_its_dependents_only(run):
     assert (bad.depends, worse.depends) == (False, True)
     assert bad.operation == worse.operation == "aten.index_select.default"
     assert bad.rank == {"gpu": 1}
+    assert "bad = x.index_select(0, torch.tensor([5]))" in bad.issued  # the controller's line
+    assert worse.issued == bad.issued
     assert isinstance(bad.exception, IndexError) and "out of range" in str(bad.exception)
     assert "remote traceback" in str(bad) and "depends on the failed operation" in str(worse)
     assert refused.rank == {"gpu": 1} and isinstance(refused.exception, ValueError)
