@@ -58,6 +58,12 @@ def owned(activation: Activation | None) -> Activation | None:
 class _MeshMode(TorchDispatchMode):
     """Sends every operation of the activating code to the active mesh."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """No: torch would wrap `__torch_dispatch__` to keep its compiler out, which costs
+        every operator a few microseconds; nothing compiles under this mode."""
+        return False
+
     def __torch_dispatch__(
         self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: Any = None
     ) -> Any:

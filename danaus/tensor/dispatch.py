@@ -20,7 +20,6 @@ from danaus.tensor import commands, stream
 from danaus.tensor.active import Activation, owned
 from danaus.tensor.active import current as current_activation
 from danaus.tensor.errors import TensorUsageError
-from danaus.tensor.functions import definition
 from danaus.tensor.handle import Storage, Tensor
 from danaus.tensor.process_group import FakeGroup, RemoteProcessGroup
 from danaus.tensor.propagate import OUT, Propagated, meta_of, propagate
@@ -163,7 +162,7 @@ def dispatch(
             raise
         found = propagate(None, func, args, kwargs, inputs, scanned.place)
     written = _check_writes(func, scanned, found)
-    fn_id = engine.function_id(func, *definition(func))
+    fn_id = engine.function_id(func)
     return _record(
         engine,
         mesh,

@@ -21,8 +21,9 @@ import os
 import sys
 import threading
 import weakref
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Sequence
+from types import CodeType
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -32,6 +33,7 @@ from danaus.core.mesh import ProcMesh
 from danaus.core.shape import Shape, Slice
 from danaus.tensor import commands
 from danaus.tensor.delivery import Delivery, Workers
+from danaus.tensor.functions import definition
 from danaus.tensor.handle import Storage, Tensor, make
 from danaus.tensor.propagate import Meta
 from danaus.tensor.stream import DEFAULT, Stream
@@ -48,8 +50,9 @@ BATCH_LIMIT = 2048
 
 SITES_KEPT = 16384
 """Where the most recent commands were issued, kept to name it when one of them fails."""
-SITE_FRAMES = 4
-"""Frames of the user's code kept per command (innermost first)."""
+SITE_FRAMES = 1
+"""Frames of the user's code kept per command (innermost first): walking the stack makes
+frame objects, a microsecond or two each."""
 
 _LIBRARIES = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(torch.__file__))
 """Frames in these (Danaus's own, torch's) are not the user's."""
@@ -58,23 +61,29 @@ Key = tuple[int, int]
 """A command's place: its batch's number, and its index in the batch."""
 
 
-def _user_frames() -> tuple[tuple[str, int, str], ...]:
+Site = tuple[tuple[CodeType, int], ...]
+"""Where a command was issued: the user's innermost frames, as (code, line)."""
+
+
+def _user_frames() -> Site:
     """The innermost frames of the code that called into torch or Danaus."""
     frame = sys._getframe(2)
     found = []
-    while frame is not None and len(found) < SITE_FRAMES:
+    while frame is not None:
         code = frame.f_code
         if not code.co_filename.startswith(_LIBRARIES):
-            found.append((code.co_filename, frame.f_lineno, code.co_name))
+            found.append((code, frame.f_lineno))
+            if len(found) == SITE_FRAMES:
+                break
         frame = frame.f_back
     return tuple(found)
 
 
-def _format(frames: tuple[tuple[str, int, str], ...]) -> str:
+def _format(frames: Site) -> str:
     lines = []
-    for filename, lineno, name in reversed(frames):
-        lines.append(f'  File "{filename}", line {lineno}, in {name}\n')
-        source = linecache.getline(filename, lineno).strip()
+    for code, lineno in reversed(frames):
+        lines.append(f'  File "{code.co_filename}", line {lineno}, in {code.co_name}\n')
+        source = linecache.getline(code.co_filename, lineno).strip()
         if source:
             lines.append(f"    {source}\n")
     return "".join(lines)
@@ -128,7 +137,7 @@ class Engine:
         self._count = 0
         self._batches = itertools.count()
         self._batch = next(self._batches)
-        self._sites: dict[Key, tuple[tuple[str, int, str], ...]] = {}
+        self._sites: OrderedDict[Key, Site] = OrderedDict()
         self._scheduled = False
         self._drops: deque[tuple[Shape, int, int]] = deque()
         self._functions: dict[Any, int] = {}
@@ -178,12 +187,14 @@ class Engine:
             found = self._streams[stream] = len(self._streams)
         return found
 
-    def function_id(self, key: Any, what: str, payload: Any) -> int:
-        """The id of a function on the workers, defined there the first time it is used."""
+    def function_id(self, fn: Any, key: Any = None) -> int:
+        """The id of ``fn`` (an operator, a function, a ``"module.name"``) on the workers,
+        defined there the first time it is used (under ``key``, by default ``fn`` itself)."""
+        key = fn if key is None else key
         found = self._functions.get(key)
         if found is None:
             found = len(self._functions)
-            self._setup((commands.DEFINE, found, what, payload))
+            self._setup((commands.DEFINE, found, *definition(fn)))
             self._functions[key] = found
         return found
 
@@ -288,21 +299,20 @@ class Engine:
         else send them to theirs now (under the lock). Every command that used them is
         already recorded: a handle is dropped once nothing holds it."""
         segments, target, drops = self._segments, self._target, self._drops
-        elsewhere: dict[Shape, dict[int, list[int]]] = {}
+        elsewhere: dict[Shape, dict[int, list[int]]] | None = None
         while drops:
             shape, sid, ident = drops.popleft()
-            if shape == target:
-                if (
-                    not segments
-                    or segments[-1][0] != sid
-                    or segments[-1][1][-1][0] != commands.DELETE
-                ):
+            if shape is target or shape == target:
+                last = segments[-1] if segments else None
+                if last is None or last[0] != sid or last[1][-1][0] != commands.DELETE:
                     segments.append((sid, [(commands.DELETE, [])]))
                     self._count += 1
                 segments[-1][1][-1][1].append(ident)
             else:
+                if elsewhere is None:
+                    elsewhere = {}
                 elsewhere.setdefault(shape, {}).setdefault(sid, []).append(ident)
-        for shape, by_stream in elsewhere.items():
+        for shape, by_stream in (elsewhere or {}).items():
             self.delivery.send_to_live(
                 shape,
                 next(self._batches),
@@ -324,10 +334,10 @@ class Engine:
         if not self.closed:
             self.delivery.send(shape, batch, segments)
 
-    def _remember(self, key: Key, frames: tuple[tuple[str, int, str], ...]) -> None:
+    def _remember(self, key: Key, frames: Site) -> None:
         sites = self._sites
         if len(sites) >= SITES_KEPT:
-            del sites[next(iter(sites))]  # the oldest
+            sites.popitem(last=False)  # the oldest
         sites[key] = frames
 
     def issued(self, key: Key | None) -> str:

@@ -19,7 +19,7 @@ from danaus.core.future import Future, new_future
 from danaus.core.ports import FirstHandler, GatherHandler
 from danaus.tensor import commands
 from danaus.tensor.dispatch import Scanned, _check_writes, _record, _where
-from danaus.tensor.functions import definition, resolve
+from danaus.tensor.functions import resolve
 from danaus.tensor.handle import Tensor
 from danaus.tensor.propagate import propagate
 
@@ -54,7 +54,7 @@ class Remote:
     ) -> tuple[Scanned, Any, Any, Any, int]:
         scanned = Scanned().scan(args, kwargs)
         mesh, engine, on = _where(self, scanned, None)
-        fn_id = engine.function_id(self, *definition(self._remote_impl))
+        fn_id = engine.function_id(self._remote_impl, key=self)
         return scanned, mesh, engine, on, fn_id
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
