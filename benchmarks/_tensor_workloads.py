@@ -213,3 +213,75 @@ def _gloo_rank(rank: int, procs: int, path: str, plan: Plan, results: Any) -> No
         times.append(time.perf_counter() - started)
     if rank == 0:
         results.put(times)
+
+
+def streams_overlap(
+    framework: TensorFramework,
+    stream: Callable[[str], Any],
+    one_thread: Callable[[], None],
+    plan: Plan,
+) -> dict:
+    """A compute stream and a transfer stream of the same procs, alone and together.
+
+    Matrix products run on the default stream of a proc while, on a ``transfer``
+    stream, a small tensor goes back and forth between it and another proc (each
+    move waits for the one before: work bound by latency, not by a CPU, since a
+    small shared machine has none to spare). ``overlap`` is the time saved by
+    running both at once over the shorter of the two: 1 when the shorter hides
+    entirely behind the longer, 0 when they queue. ``one_thread`` is a remote
+    function that limits torch to one thread on each proc.
+    """
+    mesh = framework.this_host().spawn_procs(per_host={"gpu": 2})
+    here, there = mesh.slice(gpu=slice(0, 1)), mesh.slice(gpu=slice(1, 2))
+    transfer = stream("transfer")
+    with mesh.activate():
+        one_thread()  # a core for the products, the other for the moves
+    with here.activate():
+        a = torch.rand(768, 768)
+        with transfer.activate():
+            x = torch.ones(1024)
+        framework.inspect(a[:1])
+
+    def compute() -> Any:
+        with here.activate():
+            y = a
+            for _ in range(3):
+                y = (y @ a) / 768
+            return y[:1, :1]
+
+    def move() -> Any:
+        moved = x
+        for hop in range(40):
+            moved = moved.to_mesh(there if hop % 2 == 0 else here, stream=transfer)
+        with transfer.activate():
+            return moved[:1]
+
+    def wait_moved(moved: Any) -> None:
+        with transfer.activate():
+            framework.inspect(moved)
+
+    def both() -> None:
+        moved = move()
+        framework.inspect(compute())
+        wait_moved(moved)
+
+    framework.inspect(compute())  # warm up (torch's threads, the caches of shapes)
+    wait_moved(move())
+    times: dict[str, list[float]] = {"compute": [], "transfer": [], "both": []}
+    for _ in range(3 * plan.transfers):  # interleaved, so that the machine's mood hits all three
+        for name, work in (
+            ("compute", lambda: framework.inspect(compute())),
+            ("transfer", lambda: wait_moved(move())),
+            ("both", both),
+        ):
+            started = time.perf_counter()
+            work()
+            times[name].append(time.perf_counter() - started)
+    computing, moving, together = (statistics.median(times[n]) for n in times)
+    overlap = (computing + moving - together) / min(computing, moving)
+    return {
+        "compute_s": round(computing, 4),
+        "transfer_s": round(moving, 4),
+        "both_s": round(together, 4),
+        "overlap": round(overlap, 2),
+    }

@@ -14,7 +14,10 @@ of three batches, and the controller's CPU per operation), the latency of
 mesh (MB/s, MB = 10^6 bytes), and an in-place ``reduce_`` of 64 MiB over 4
 procs. Once per run, raw gloo ``all_reduce`` of the same tensor over 4 plain
 processes, without Danaus, is timed the same way (``reduce_raw_gloo``), with
-the ratio of the engine's time to it (``danaus_over_raw_gloo``).
+the ratio of the engine's time to it (``danaus_over_raw_gloo``). Then
+``streams_overlap``: matrix products on one stream of a proc while a ``to_mesh``
+arrives on another, timed alone and together (``overlap``: 1 when the shorter
+hides entirely behind the longer, 0 when they queue).
 
 With ``--peer monarch`` the same workloads run on torchmonarch's tensor engine,
 in a separate process of a separate virtualenv (``benchmarks/.monarch-tensor-venv``,
@@ -34,6 +37,7 @@ import sys
 import time
 from typing import Any
 
+import torch
 from _monarch import (
     TENSORS,
     add_arguments,
@@ -46,11 +50,27 @@ from _monarch import (
     run_danaus,
     run_peer,
 )
-from _tensor_workloads import FULL, NAMES, QUICK, TensorFramework, raw_gloo_allreduce, run_all
+from _tensor_workloads import (
+    FULL,
+    NAMES,
+    QUICK,
+    TensorFramework,
+    raw_gloo_allreduce,
+    run_all,
+    streams_overlap,
+)
 
 import danaus
 
 BASELINE = "reduce_raw_gloo"
+OVERLAP = "streams_overlap"
+FRAMEWORK = TensorFramework(danaus.this_host, danaus.fetch_shard)
+
+
+@danaus.remote(propagate=lambda: None)
+def one_thread() -> None:
+    """torch on one thread, on each proc of the active mesh."""
+    torch.set_num_threads(1)
 
 
 def transport_list(value: str) -> list[str]:
@@ -70,7 +90,7 @@ def one_run(transport: str, quick: bool) -> list[dict[str, Any]]:
     results = run_danaus(
         labels,
         NAMES,
-        lambda: run_all(TensorFramework(danaus.this_host, danaus.fetch_shard), plan),
+        lambda: run_all(FRAMEWORK, plan),
         _progress,
     )
     try:
@@ -78,11 +98,24 @@ def one_run(transport: str, quick: bool) -> list[dict[str, Any]]:
     except Exception as exc:
         baseline = {"workload": BASELINE, "error": f"{type(exc).__name__}: {exc}"}
     _progress(baseline)
+    streams = run_danaus(
+        labels,
+        [OVERLAP],
+        lambda: iter(
+            [
+                {
+                    "workload": OVERLAP,
+                    "metrics": streams_overlap(FRAMEWORK, danaus.Stream, one_thread, plan),
+                }
+            ]
+        ),
+        _progress,
+    )
     engine = next((r for r in results if r["workload"] == "reduce_64MiB_4procs"), {})
     if "metrics" in engine and "metrics" in baseline:
         ratio = engine["metrics"]["median_s"] / baseline["metrics"]["median_s"]
         engine["metrics"]["danaus_over_raw_gloo"] = round(ratio, 3)
-    return [*results, baseline]
+    return [*results, baseline, *streams]
 
 
 def main(argv: list[str] | None = None) -> int:
