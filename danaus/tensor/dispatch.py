@@ -21,7 +21,7 @@ from danaus.tensor.active import Activation, owned
 from danaus.tensor.active import current as current_activation
 from danaus.tensor.errors import TensorUsageError
 from danaus.tensor.handle import Storage, Tensor
-from danaus.tensor.process_group import FakeGroup, RemoteProcessGroup
+from danaus.tensor.process_group import MetaGroup, RemoteProcessGroup
 from danaus.tensor.propagate import OUT, Propagated, meta_of, propagate
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ class Scanned:
             if isinstance(value, torch.Tensor):
                 return next(queue)
             if type(value) is RemoteProcessGroup:
-                return FakeGroup(value.size())
+                return MetaGroup(value.size())
             return value
 
         args, kwargs = call

@@ -39,7 +39,7 @@ class RemoteProcessGroup:
         return f"<RemoteProcessGroup {self.dims} of {self.mesh!r}>"
 
 
-class FakeGroup(dist.ProcessGroup):
+class MetaGroup(dist.ProcessGroup):
     """Stands for a `RemoteProcessGroup` while a remote function runs on meta tensors: its
     collectives do nothing (the shapes do not change)."""
 
