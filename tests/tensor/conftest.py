@@ -24,6 +24,15 @@ pytest.importorskip("torch")
 TRANSPORTS = [t for t in available() if t.name in ("sim", "tcp", "ucx") and not t.cluster]
 
 
+sim_and_tcp = pytest.mark.parametrize(
+    "transport",
+    [t for t in TRANSPORTS if t.name in ("sim", "tcp")],
+    ids=lambda t: t.id,
+    indirect=True,
+)
+"""For a test whose point another test already makes on ucx: the suite stays short."""
+
+
 @pytest.fixture(params=TRANSPORTS, ids=lambda t: t.id, scope="module")
 def transport(request: pytest.FixtureRequest) -> Transport:
     return request.param

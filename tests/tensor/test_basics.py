@@ -8,6 +8,7 @@ from torch import nn
 
 import danaus
 from danaus import this_host
+from tests.tensor.conftest import sim_and_tcp
 from tests.tensor.helpers import proc_rank, shard_count
 
 
@@ -38,6 +39,7 @@ def test_operations_run_on_every_proc(run):
     assert seconds["n"] == 3
 
 
+@sim_and_tcp
 def test_activating_a_slice_anywhere_and_reshaped_meshes(run):
     """A slice that does not start at offset 0 activates (Monarch 0.7.0 refuses it)."""
 

@@ -9,6 +9,7 @@ import danaus
 from danaus import this_host
 from danaus.core.mesh_table import mesh_table
 from danaus.core.shape import Extent, Shape
+from tests.tensor.conftest import sim_and_tcp
 from tests.tensor.helpers import data_address
 
 
@@ -43,6 +44,7 @@ def test_tensors_move_between_slices_and_meshes(run):
     assert meshes == (True, True)
 
 
+@sim_and_tcp
 def test_a_pipeline_over_stages(run):
     """Monarch's pipelining example: a model split in stages, one per slice of a mesh."""
 

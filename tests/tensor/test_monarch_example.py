@@ -18,7 +18,7 @@ from torch import nn
 
 import danaus
 from danaus import this_host
-from tests.tensor.conftest import TRANSPORTS
+from tests.tensor.conftest import sim_and_tcp
 
 
 class Net(nn.Module):
@@ -48,12 +48,7 @@ def train(model: nn.Module, x: torch.Tensor, target: torch.Tensor, comms: danaus
             parameter -= 0.01 * grad
 
 
-@pytest.mark.parametrize(
-    "transport",
-    [t for t in TRANSPORTS if t.name in ("sim", "tcp")],
-    ids=lambda t: t.id,
-    indirect=True,
-)
+@sim_and_tcp
 def test_the_features_of_monarchs_example(run, capsys):
     def main():
         found = {}

@@ -8,6 +8,7 @@ import torch
 import danaus
 import danaus.random
 from danaus import this_host
+from tests.tensor.conftest import sim_and_tcp
 
 
 @danaus.remote(propagate=lambda x, offset: (x, torch.empty(x.shape[0], dtype=torch.long)))
@@ -53,6 +54,7 @@ def test_remote_functions(run):
     assert answers == [{"label": "x", "sum": 15.0 + 6 * g, "shape": (2, 3)} for g in range(2)]
 
 
+@sim_and_tcp
 def test_each_proc_draws_its_own_numbers_the_same_each_run(run):
     def main():
         mesh = this_host().spawn_procs({"gpu": 2})
