@@ -15,7 +15,7 @@ import asyncio
 import threading
 from typing import TYPE_CHECKING, Any
 
-from danaus.core.errors import SupervisionError
+from danaus.core.errors import MeshStoppedError, SupervisionError
 from danaus.core.future import Future, new_future
 from danaus.core.ports import PortHandler
 
@@ -40,6 +40,16 @@ class _LossWatch(PortHandler):
 
     def deliver(self, rank: int, payload: list[Any], error: bool) -> None:
         """Nothing is ever sent here."""
+
+    def close(self) -> None:
+        """The worker is stopping: whatever is still awaited fails, so that its stream ends."""
+        with self._lock:
+            futures = [afut for afut, _ in self._waiting.values()]
+            self._waiting.clear()
+        for afut in futures:
+            self._runtime.on_loop(
+                _settle, afut, None, MeshStoppedError("the tensor worker stopped")
+            )
 
     def lost(self, proc: str, error: SupervisionError) -> None:
         self._inbox.lost(proc, error)
@@ -83,6 +93,16 @@ class Inbox:
         self._runtime.on_loop(_settle, afut, value, None)
         return future
 
+    def close(self) -> None:
+        """The worker is stopping: whatever is still awaited fails, so that its stream ends."""
+        with self._lock:
+            futures = [afut for afut, _ in self._waiting.values()]
+            self._waiting.clear()
+        for afut in futures:
+            self._runtime.on_loop(
+                _settle, afut, None, MeshStoppedError("the tensor worker stopped")
+            )
+
     def lost(self, proc: str, error: SupervisionError) -> None:
         """``proc`` is gone (on the runtime's loop): whatever is awaited from it fails."""
         with self._lock:
@@ -115,3 +135,12 @@ class Events:
     def wait(self, event: int) -> Future[Any]:
         """A future that settles once ``event`` is signalled (each event is awaited once)."""
         return self._touch(event)[1]
+
+    def close(self) -> None:
+        """The worker is stopping: events still awaited fail, so that their streams end."""
+        with self._lock:
+            futures = [afut for afut, _ in self._events.values()]
+            self._events.clear()
+        stopped = MeshStoppedError("the tensor worker stopped")
+        for afut in futures:
+            self._runtime.on_loop(_settle, afut, None, stopped)

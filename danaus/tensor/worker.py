@@ -152,6 +152,8 @@ class TensorWorker(Actor):
         return True
 
     def __cleanup__(self, exc: BaseException | None) -> None:
+        self._state.inbox.close()  # a stream waiting for a peer or another stream ends
+        self._state.events.close()
         for executor in self._streams.values():
             executor.close(STOP_TIMEOUT)
         self._state.collectives.close()
