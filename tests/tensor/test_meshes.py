@@ -106,3 +106,33 @@ def test_a_mesh_as_a_table():
         "----+--------",
         "    | 0.0 0.1",
     ]
+
+
+def test_received_memory_is_reused_only_once_nothing_uses_it(sim):
+    """A receiver reuses the memory of shards it received before (new pages are slow to
+    fault in), but never that of a shard, or a view of one, still in use."""
+
+    def main():
+        mesh = this_host().spawn_procs({"gpu": 2})
+        here, there = mesh.slice(gpu=slice(0, 1)), mesh.slice(gpu=slice(1, 2))
+        with here.activate():
+            x = torch.arange(262144.0)  # 1 MiB: memory of its own, not a small block's
+        kept = x.to_mesh(there)
+        with there.activate():
+            view = kept[:2]
+        del kept  # its view still uses its memory
+        second = x.to_mesh(there)
+        with there.activate():
+            where = {name: data_address(t) for name, t in (("view", view), ("second", second))}
+            second.mul_(10)
+        del second  # nothing uses its memory any more
+        third = (x + 1).to_mesh(there)
+        with there.activate():
+            where["third"] = data_address(third)
+        found = {name: danaus.inspect(address).item() for name, address in where.items()}
+        return found, danaus.inspect(view).tolist(), danaus.inspect(third[:3]).tolist()
+
+    where, view, third = sim(main)
+    assert where["second"] != where["view"]  # not over the view's memory
+    assert where["third"] == where["second"]  # reused
+    assert view == [0.0, 1.0] and third == [1.0, 2.0, 3.0]
