@@ -9,6 +9,7 @@ import danaus
 from danaus import this_host
 from danaus.core.mesh_table import mesh_table
 from danaus.core.shape import Extent, Shape
+from danaus.transports.sim.network import SimNetwork
 from tests.tensor.conftest import sim_and_tcp
 from tests.tensor.helpers import data_address
 
@@ -88,6 +89,36 @@ def test_moving_never_aliases_and_copies_proc_to_proc(sim):
     x, moved, here, there = sim(main)
     assert x.tolist() == [1.0] * 8 and moved.tolist() == [2.0] * 8
     assert here.item() != there.item()
+
+
+def test_the_data_of_a_move_never_passes_through_the_controller(sim, monkeypatch):
+    """4 MiB move between procs (two slices, then another proc mesh, and a broadcast to
+    two procs), while the controller's own messages and reads stay small."""
+    through_controller: list[int] = []
+    controller = []  # the controller's proc id, once main runs
+    dispatch = SimNetwork.dispatch
+
+    def counting(network, sender, message):
+        if controller and controller[0] in (message.src, message.dst):
+            through_controller.append(message.size)
+        return dispatch(network, sender, message)
+
+    monkeypatch.setattr(SimNetwork, "dispatch", counting)
+
+    def main():
+        controller.append(danaus.context().actor_instance.proc_id)
+        mesh = this_host().spawn_procs({"gpu": 2})
+        other = this_host().spawn_procs({"gpu": 2})
+        with mesh.slice(gpu=0).activate():
+            x = torch.ones(1024 * 1024)
+        moved = x.to_mesh(mesh.slice(gpu=1)).to_mesh(other.slice(gpu=0))
+        spread = moved.to_mesh(other)
+        with other.activate():
+            total = spread.sum()
+        return [danaus.inspect(total, gpu=g).item() for g in range(2)]
+
+    assert sim(main) == [1024.0 * 1024] * 2
+    assert through_controller and max(through_controller) < 64 * 1024
 
 
 def test_a_mesh_as_a_table():
