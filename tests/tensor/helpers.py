@@ -29,3 +29,9 @@ def proc_rank() -> int:
 def scaled_sum(x: torch.Tensor, factor: float) -> tuple[torch.Tensor, torch.Tensor]:
     """A plain function, run remotely by its path ("tests.tensor.helpers.scaled_sum")."""
     return x * factor, x.sum()
+
+
+@danaus.remote(propagate="inspect")
+def process_group_count() -> int:
+    """How many torch.distributed process groups this proc's tensor worker has made."""
+    return len(context().actor_instance._obj._state.collectives._groups)

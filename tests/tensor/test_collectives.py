@@ -9,6 +9,7 @@ import torch.distributed as dist
 import danaus
 from danaus import this_host
 from danaus.tensor import TensorUsageError
+from tests.tensor.helpers import process_group_count
 
 
 @danaus.remote(propagate=lambda t, group: t)
@@ -19,7 +20,7 @@ def all_reduce_in_function(t: torch.Tensor, group: dist.ProcessGroup) -> torch.T
     return out
 
 
-def test_reductions_over_dimensions(run):
+def test_reductions_over_dimensions(run, transport):
     def main():
         mesh = this_host().spawn_procs({"host": 2, "gpu": 2})
         with mesh.activate():
@@ -47,10 +48,15 @@ def test_reductions_over_dimensions(run):
         shards = {
             (h, g): danaus.inspect(results, host=h, gpu=g) for h in range(2) for g in range(2)
         }
-        return shards, same is y
+        with mesh.activate():
+            groups = list(process_group_count.call().get().values())
+        return shards, same is y, groups
 
-    shards, in_place_returns_itself = run(main)
+    shards, in_place_returns_itself, groups = run(main)
     assert in_place_returns_itself
+    # One gloo group per set of dimensions (gpu, host, both), however many reductions use it;
+    # the simulator's collectives are messages, with no process group.
+    assert groups == [3 if transport.real else 0] * 4
     base = torch.arange(2.0)
     value = {(h, g): (h * 2 + g) + base for h in range(2) for g in range(2)}
     for (h, g), got in shards.items():
