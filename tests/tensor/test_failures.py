@@ -3,13 +3,25 @@ that dies is a supervision event (item 7)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 import torch
 
 import danaus
-from danaus import Channel, MeshFailure, PortReceiver, SupervisionError, context, this_host
+from danaus import (
+    Actor,
+    Channel,
+    MeshFailure,
+    PortReceiver,
+    SupervisionError,
+    context,
+    endpoint,
+    this_host,
+)
 from danaus.chaos import crash
 from danaus.core.config import current_world
+from danaus.core.supervision import default_unhandled_fault_hook
 from danaus.tensor import RemoteTensorError
 
 
@@ -119,3 +131,73 @@ def test_a_collective_in_flight_when_a_rank_dies_fails_instead_of_hanging(sim):
     error = sim(main)
     assert error.rank == {"hosts": 0, "gpu": 0} and error.operation == "reduce"
     assert isinstance(error.exception, SupervisionError)
+
+
+class Trainer(Actor):
+    """Owns a proc mesh and does tensor work on it; its ``__supervise__`` handles the loss of a
+    proc by noting it, and the next step spawns new procs."""
+
+    def __init__(self) -> None:
+        self.failures: list[MeshFailure] = []
+        self.procs = this_host().spawn_procs({"gpu": 2})
+
+    def __supervise__(self, failure: MeshFailure) -> bool:
+        self.failures.append(failure)
+        return True
+
+    @endpoint
+    def step(self) -> float:
+        if self.failures:
+            self.procs = this_host().spawn_procs({"gpu": 2})  # recover: new procs
+        with self.procs.activate():
+            x = torch.ones(4) * (self.procs.rank_tensor("gpu") + 1)
+        return danaus.inspect(x, gpu=1).sum().item()
+
+    @endpoint
+    def lose_a_proc(self) -> None:
+        crash(self.procs.slice(gpu=1))
+
+    @endpoint
+    def handled(self) -> list[tuple[str, dict]]:
+        return [(f.mesh_name, dict(f.rank)) for f in self.failures]
+
+
+def test_an_actor_owning_the_procs_supervises_their_tensor_workers(sim):
+    async def main():
+        trainer = this_host().spawn_procs().spawn("trainer", Trainer)
+        before = await trainer.step.call_one()
+        await trainer.lose_a_proc.call_one()
+        handled = []
+        while not handled:
+            handled = await trainer.handled.call_one()
+            await asyncio.sleep(0.5)  # virtual time: the loss is detected
+        after = await trainer.step.call_one()
+        return before, handled, after
+
+    before, handled, after = sim(main)
+    assert before == after == 8.0
+    assert handled == [("tensor_engine", {"gpu": 1})]
+
+
+def test_by_default_a_lost_proc_ends_the_controller_with_a_report(sim, capsys):
+    def main():
+        danaus.unhandled_fault_hook = default_unhandled_fault_hook  # the suite's replaced it
+        mesh = this_host().spawn_procs({"gpu": 2})
+        with mesh.activate():
+            x = torch.ones(4)
+        danaus.inspect(x, gpu=1)
+        crash(mesh.slice(gpu=1))
+        survivor = mesh.slice(gpu=0)
+        with survivor.activate():
+            y = torch.ones(4)
+        while True:  # work on the survivor, until the failure ends the controller
+            with survivor.activate():
+                y = y + 1
+            danaus.inspect(y)
+
+    with pytest.raises(SystemExit) as ended:
+        sim(main)
+    assert ended.value.code == 1
+    report = capsys.readouterr().err
+    assert "unhandled failure; the controller exits" in report
+    assert "mesh 'tensor_engine' rank gpu=1" in report
