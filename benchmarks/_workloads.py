@@ -30,6 +30,8 @@ SETUP_TIMEOUT = 120.0
 
 # Which way each headline metric is better; the report's ratios are named after it.
 DIRECTION = {
+    "ops_per_s": "higher",
+    "cpu_us_per_op": "lower",
     "median_us": "lower",
     "p99_us": "lower",
     "calls_per_s": "higher",

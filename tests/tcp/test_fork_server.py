@@ -63,21 +63,29 @@ def test_procs_are_forked_by_one_server_and_see_a_changed_environment(tcp, monke
     assert second.parent.call_one().get(timeout=30) == os.getpid()
 
 
-def test_a_changed_pytest_current_test_keeps_the_server_and_reaches_its_children(
-    tcp, monkeypatch
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("PYTEST_CURRENT_TEST", "tests/x.py::test_other (call)"),
+        # torch sets it when its compiler's configuration loads (the tensor engine makes it)
+        ("TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor_test"),
+    ],
+)
+def test_a_changed_volatile_variable_keeps_the_server_and_reaches_its_children(
+    tcp, monkeypatch, name, value
 ):
     tcp()
+    monkeypatch.delenv(name, raising=False)
     first = this_host().spawn_procs({"w": 1}).spawn("p", Process)
     server = first.parent.call_one().get(timeout=30)
-    monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/x.py::test_other (call)")
+    monkeypatch.setenv(name, value)
     second = this_host().spawn_procs({"w": 1}).spawn("p", Process)
     assert second.parent.call_one().get(timeout=30) == server
-    variable = second.variable.call_one("PYTEST_CURRENT_TEST").get(timeout=30)
-    assert variable == "tests/x.py::test_other (call)"
-    monkeypatch.delenv("PYTEST_CURRENT_TEST")
+    assert second.variable.call_one(name).get(timeout=30) == value
+    monkeypatch.delenv(name)
     third = this_host().spawn_procs({"w": 1}).spawn("p", Process)
     assert third.parent.call_one().get(timeout=30) == server
-    assert third.variable.call_one("PYTEST_CURRENT_TEST").get(timeout=30) is None
+    assert third.variable.call_one(name).get(timeout=30) is None
 
 
 def test_preloaded_modules_are_imported_by_the_server_before_it_forks(tcp):

@@ -80,11 +80,13 @@ PRELOAD = (
     "danaus.transports.tcp.output",
 )
 """What every worker imports before it serves its proc (the transport's own package too)."""
-VOLATILE = frozenset({"PYTEST_CURRENT_TEST", "UCX_NET_DEVICES"})
+VOLATILE = frozenset({"PYTEST_CURRENT_TEST", "UCX_NET_DEVICES", "TORCHINDUCTOR_CACHE_DIR"})
 """Variables that change while a program runs and that no module reads when imported: pytest
 sets the first for each test, the ucx transport the second for each job (the device of the
-address it binds), which UCX reads only when a proc makes its context. A server started
-under other values still fits."""
+address it binds), which UCX reads only when a proc makes its context, and torch the third
+when its compiler's configuration loads (as the tensor engine's first operator on meta tensors
+makes it do), which torch reads only when it compiles. A server started under other values
+still fits."""
 MAX_REQUEST = 64 * 1024
 """Bytes of a request for a child, at most (its `VOLATILE` values)."""
 
