@@ -33,7 +33,7 @@ from danaus.chaos.checkers import (
 )
 from danaus.chaos.history import History
 from danaus.chaos.nemesis import Nemesis
-from danaus.chaos.plan import NETWORK_KINDS, SITE_KINDS, FaultKind, Plan
+from danaus.chaos.plan import NETWORK_KINDS, SITE_KINDS, TIMING_KINDS, FaultKind, Plan
 from danaus.chaos.scenario import Scenario
 from danaus.core import config
 from danaus.core.errors import SupervisionError
@@ -172,6 +172,7 @@ def applicable_kinds(kinds: Iterable[FaultKind], world: World) -> list[FaultKind
         kind
         for kind in kinds
         if (kind not in NETWORK_KINDS or kind in world.faults.network_faults)
+        and (kind not in TIMING_KINDS or kind in world.faults.timing_faults)
         and (kind not in SITE_KINDS or world.sites is not None)
     ]
 

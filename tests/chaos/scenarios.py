@@ -8,7 +8,7 @@ import os
 import random
 
 from danaus import Actor, RestartPolicy, endpoint, hosts, this_host
-from danaus.chaos import History, Scenario
+from danaus.chaos import TIMING_KINDS, History, Scenario
 
 
 class Sleeper(Actor):
@@ -217,4 +217,33 @@ class CastsAlongTrees(Scenario):
             f"member {entry['member']} saw {entry['log']}"
             for entry in history.of("log")
             if entry["log"] != sorted(set(entry["log"]))
+        ]
+
+
+class TimingStorm(Scenario):
+    """Pings to two actors on each of four procs while clocks jump, CPUs slow down and threads
+    stop: they make answers late, never lost."""
+
+    hosts = 2
+    duration = 3.0
+    settle = 5.0
+    kinds = TIMING_KINDS
+
+    async def run(self, history: History) -> None:
+        procs = hosts().spawn_procs(per_host={"p": 2})
+        first, second = procs.spawn("first", Sleeper), procs.spawn("second", Sleeper)
+        for _ in range(30):
+            op = history.invoke("ping")
+            try:
+                calls = asyncio.gather(first.ping.call(), second.ping.call())
+                await asyncio.wait_for(calls, 10)
+            except Exception as exc:
+                history.fail(op, repr(exc))
+            else:
+                history.ok(op)
+            await asyncio.sleep(0.1)
+
+    def check(self, history: History) -> list[str]:
+        return [
+            f"a ping failed: {op['error']}" for op in history.operations() if op["status"] != "ok"
         ]
