@@ -6,9 +6,12 @@ import asyncio
 import itertools
 import os
 import random
+import signal
+from pathlib import Path
 
 from danaus import Actor, RestartPolicy, endpoint, hosts, this_host
 from danaus.chaos import TIMING_KINDS, History, Scenario
+from danaus.core import config
 
 
 class Sleeper(Actor):
@@ -98,6 +101,22 @@ class FailsTwoWays(Calm):
         if drawn["way"] == 2:
             return [f"counter went back from {key + 1} to {key}"]
         return []
+
+
+DIES_AT = "DANAUS_TEST_DIES_AT"
+"""``SEED:FILE``: `DiesOnce` kills its process at that seed while the file exists, removing it."""
+
+
+class DiesOnce(FailsTwoWays):
+    """`FailsTwoWays`, whose process is killed at one seed, once (as a node might die), when
+    `DIES_AT` says so."""
+
+    async def run(self, history: History) -> None:
+        seed, _, marker = os.environ.get(DIES_AT, "").partition(":")
+        if marker and config.current_world().seed == int(seed) and Path(marker).exists():
+            Path(marker).unlink()
+            os.kill(os.getpid(), signal.SIGKILL)
+        await super().run(history)
 
 
 class ReadsTheWallClock(Calm):
