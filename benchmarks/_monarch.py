@@ -2,7 +2,9 @@
 
 Monarch never shares a process or a virtualenv with Danaus: it lives in
 ``benchmarks/.monarch-venv`` (made on first use unless ``--no-install``), where
-`_monarch_peer.py` runs the same workloads and prints them as JSON. This module
+`_monarch_peer.py` runs the same workloads and prints them as JSON (the tensor
+engine's in ``benchmarks/.monarch-tensor-venv``, with the torch Monarch was built
+for). This module
 makes that virtualenv, runs the peer, and merges its figures into Danaus's
 report lines; it also runs the Danaus side (`run_danaus`). `messaging.py` and
 `rdma.py` share it.
@@ -26,14 +28,35 @@ from _workloads import DIRECTION
 import danaus
 
 HERE = Path(__file__).resolve().parent
-MONARCH_VENV = HERE / ".monarch-venv"
 MONARCH_VERSION = "0.7.0"
-TORCH_VERSION = "2.13.0"
-MONARCH_SETUP = (
-    f"python3 -m venv {MONARCH_VENV} && "
-    f"{MONARCH_VENV}/bin/pip install torch=={TORCH_VERSION} numpy && "
-    f"{MONARCH_VENV}/bin/pip install torchmonarch=={MONARCH_VERSION}"
-)
+
+
+@dataclass(frozen=True)
+class MonarchEnv:
+    """A virtualenv for torchmonarch, with the torch it runs there."""
+
+    venv: Path
+    torch: str
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    @property
+    def setup(self) -> str:
+        """The commands that make it, for an error message."""
+        return (
+            f"python3 -m venv {self.venv} && "
+            f"{self.venv}/bin/pip install torch=={self.torch} numpy && "
+            f"{self.venv}/bin/pip install torchmonarch=={MONARCH_VERSION}"
+        )
+
+
+ACTORS = MonarchEnv(HERE / ".monarch-venv", "2.13.0")
+"""For the actor and RDMA workloads: the torch of Danaus's own environment."""
+TENSORS = MonarchEnv(HERE / ".monarch-tensor-venv", "2.14.1")
+"""For the tensor engine's: torch 2.14.1, the build torchmonarch 0.7.0 was made for (with
+2.13 its tensor engine's gradient features refuse to load: "PyTorch version mismatch")."""
 
 
 def log(message: str) -> None:
@@ -46,7 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--peer", choices=["monarch"], help="also run the workloads on Monarch")
     parser.add_argument(
         "--monarch-python",
-        help="a python that has torchmonarch (default: that of benchmarks/.monarch-venv)",
+        help="a python that has torchmonarch (default: that of benchmarks/.monarch-venv, or "
+        ".monarch-tensor-venv for the tensor engine)",
     )
     parser.add_argument(
         "--monarch-transport",
@@ -62,7 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-install",
         action="store_true",
-        help="do not create benchmarks/.monarch-venv when it is missing; report an error instead",
+        help="do not create the Monarch virtualenv when it is missing; report an error instead",
     )
 
 
@@ -112,18 +136,17 @@ def _python_ok(python: Path) -> bool:
     return probe.returncode == 0
 
 
-def _install_monarch() -> str | None:
-    """Make ``benchmarks/.monarch-venv`` with torchmonarch; return an error or None."""
-    python = MONARCH_VENV / "bin" / "python"
-    pip = MONARCH_VENV / "bin" / "pip"
+def _install_monarch(env: MonarchEnv) -> str | None:
+    """Make ``env``'s virtualenv with torchmonarch; return an error or None."""
+    pip = env.venv / "bin" / "pip"
     steps = [
-        [sys.executable, "-m", "venv", str(MONARCH_VENV)],
-        [str(pip), "install", f"torch=={TORCH_VERSION}", "numpy"],
+        [sys.executable, "-m", "venv", str(env.venv)],
+        [str(pip), "install", f"torch=={env.torch}", "numpy"],
         [str(pip), "install", f"torchmonarch=={MONARCH_VERSION}"],
     ]
-    if python.exists():
+    if env.python.exists():
         steps = steps[1:]
-    log(f"installing torchmonarch {MONARCH_VERSION} into {MONARCH_VENV} (once)")
+    log(f"installing torchmonarch {MONARCH_VERSION} into {env.venv} (once)")
     for step in steps:
         done = subprocess.run(step, capture_output=True, text=True, env=_peer_env())
         if done.returncode != 0:
@@ -143,24 +166,25 @@ def _peer_env() -> dict[str, str]:
     return env
 
 
-def monarch_python(explicit: str | None, install: bool) -> tuple[Path | None, str | None]:
+def monarch_python(
+    explicit: str | None, install: bool, env: MonarchEnv = ACTORS
+) -> tuple[Path | None, str | None]:
     """The interpreter of the Monarch virtualenv, or why there is none."""
     if explicit:
         python = Path(explicit)
         if _python_ok(python):
             return python, None
         return None, f"{python} cannot import monarch.actor and torch"
-    python = MONARCH_VENV / "bin" / "python"
-    if _python_ok(python):
-        return python, None
+    if _python_ok(env.python):
+        return env.python, None
     if not install:
-        return None, f"torchmonarch is not installed; install it with: {MONARCH_SETUP}"
-    error = _install_monarch()
-    if error is None and _python_ok(python):
-        return python, None
+        return None, f"torchmonarch is not installed; install it with: {env.setup}"
+    error = _install_monarch(env)
+    if error is None and _python_ok(env.python):
+        return env.python, None
     return None, (
         f"could not install torchmonarch {MONARCH_VERSION}: "
-        f"{error or 'monarch.actor does not import'}; try by hand: {MONARCH_SETUP}"
+        f"{error or 'monarch.actor does not import'}; try by hand: {env.setup}"
     )
 
 
@@ -176,12 +200,13 @@ class Peer:
     error: str | None
 
 
-def run_peer(args: argparse.Namespace, suite: str | None = None) -> Peer:
-    """Run ``suite`` of `_monarch_peer.py` (the messaging workloads when None) on Monarch.
+def run_peer(args: argparse.Namespace, suite: str | None = None, env: MonarchEnv = ACTORS) -> Peer:
+    """Run ``suite`` of `_monarch_peer.py` (the messaging workloads when None) on Monarch, in
+    ``env``'s virtualenv.
 
     ``args`` are the benchmark's parsed options: ``quick`` and those of `add_arguments`.
     """
-    python, error = monarch_python(args.monarch_python, install=not args.no_install)
+    python, error = monarch_python(args.monarch_python, install=not args.no_install, env=env)
     if python is None:
         return Peer({}, {}, error)
     command = [str(python), str(HERE / "_monarch_peer.py")]

@@ -11,8 +11,13 @@ The actor it expects has two endpoints: ``echo(x)`` returns ``x``, and
 
 from __future__ import annotations
 
+import compileall
+import json
 import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,12 +30,17 @@ SETUP_TIMEOUT = 120.0
 
 # Which way each headline metric is better; the report's ratios are named after it.
 DIRECTION = {
+    "ops_per_s": "higher",
+    "cpu_us_per_op": "lower",
     "median_us": "lower",
     "p99_us": "lower",
     "calls_per_s": "higher",
     "mb_per_s": "higher",
     "median_s": "lower",
     "owner_cpu_ms": "lower",
+    "first_mesh_s": "lower",
+    "wall_s": "lower",
+    "cpu_s": "lower",
 }
 
 
@@ -47,6 +57,7 @@ class Counts:
     payload_warmup: int
     payload_calls: dict[int, int]
     mesh_up_runs: int
+    program_runs: int
 
 
 FULL = Counts(
@@ -59,6 +70,7 @@ FULL = Counts(
     payload_warmup=2,
     payload_calls={MIB: 50, 64 * MIB: 10},
     mesh_up_runs=5,
+    program_runs=3,
 )
 
 QUICK = Counts(
@@ -71,6 +83,7 @@ QUICK = Counts(
     payload_warmup=1,
     payload_calls={MIB: 2, 64 * MIB: 1},
     mesh_up_runs=2,
+    program_runs=1,
 )
 
 
@@ -110,11 +123,18 @@ def bench_actor(api: Any) -> type:
 
 
 class MeshFramework:
-    """`Framework` over an API with Monarch's ``this_host`` and meshes."""
+    """`Framework` over an API with Monarch's ``this_host`` and meshes.
 
-    def __init__(self, api: Any) -> None:
+    ``setup``: the source lines that make the API ``api`` in a program of its own
+    and configure it as this process is (default: ``import <api> as api``).
+    """
+
+    def __init__(self, api: Any, setup: str | None = None) -> None:
         self._api = api
         self._bench = bench_actor(api)
+        self.setup = setup if setup is not None else f"import {api.__name__} as api"
+        self.package_file = sys.modules[api.__name__.partition(".")[0]].__file__ or ""
+        """The ``__init__`` of the API's top package."""
 
     def spawn_procs(self, count: int) -> Any:
         return self._api.this_host().spawn_procs(per_host={"gpus": count})
@@ -250,6 +270,90 @@ def mesh_up(fw: Framework, counts: Counts) -> dict[str, Any]:
     }
 
 
+PROGRAM = """
+import json
+import time
+
+{setup}
+
+
+class Hello(api.Actor):
+    @api.endpoint
+    def echo(self, x):
+        return x
+
+
+if __name__ == "__main__":
+    start = time.perf_counter()
+    procs = api.this_host().spawn_procs(per_host={{"gpus": {procs}}})
+    procs.spawn("hello", Hello).echo.call(1).get(timeout={timeout})
+    print(json.dumps({{"first_mesh_s": time.perf_counter() - start}}), flush=True)
+"""
+"""A whole program: it spawns procs, makes one call to each, and exits."""
+
+RUNNER = """
+import ctypes, json, os, resource, subprocess, sys, time
+# Orphaned descendants of the program come back to this process, which reaps them,
+# so that the CPU time below counts every process the program started.
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+start = time.perf_counter()
+done = subprocess.run([sys.executable, sys.argv[1]], capture_output=True, text=True,
+                      timeout=float(sys.argv[2]))
+wall = time.perf_counter() - start
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline:
+    try:
+        if os.waitpid(-1, os.WNOHANG) == (0, 0):
+            time.sleep(0.05)
+    except ChildProcessError:
+        break
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"returncode": done.returncode, "stdout": done.stdout,
+                  "stderr": done.stderr[-2000:], "wall_s": wall,
+                  "cpu_s": usage.ru_utime + usage.ru_stime}))
+"""
+"""Runs `PROGRAM` from a file and reports its wall time to exit and the CPU time of the
+program and every process it started."""
+
+
+def program(fw: MeshFramework, procs: int, runs: int) -> dict[str, Any]:
+    """`PROGRAM` with ``procs`` procs, ``runs`` times, each a fresh interpreter: its first mesh
+    (from ``spawn_procs`` until every proc has answered), its wall time from start to exit,
+    and the CPU time of it and every process it started."""
+    source = PROGRAM.format(setup=fw.setup, procs=procs, timeout=SETUP_TIMEOUT)
+    # As an installed package has, whatever PYTHONDONTWRITEBYTECODE says: otherwise an
+    # editable checkout compiles every module it imports, at every start.
+    compileall.compile_dir(os.path.dirname(fw.package_file), quiet=1)
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "hello.py")
+        with open(path, "w") as file:
+            file.write(source)
+        results = [_run_program(path) for _ in range(runs)]
+    return {
+        "params": {"procs": procs, "runs": runs},
+        "metrics": {
+            name: round(statistics.median(result[name] for result in results), 3)
+            for name in ("first_mesh_s", "wall_s", "cpu_s")
+        },
+    }
+
+
+def _run_program(path: str) -> dict[str, float]:
+    runner = subprocess.run(
+        [sys.executable, "-c", RUNNER, path, str(SETUP_TIMEOUT)],
+        capture_output=True,
+        text=True,
+        timeout=2 * SETUP_TIMEOUT,
+    )
+    if runner.returncode != 0:
+        raise RuntimeError(f"the program's runner failed: {runner.stderr[-2000:]}")
+    result = json.loads(runner.stdout)
+    if result["returncode"] != 0:
+        raise RuntimeError(f"the program failed: {result['stderr']}")
+    first_mesh = json.loads(result["stdout"].strip().splitlines()[-1])["first_mesh_s"]
+    return {"first_mesh_s": first_mesh, "wall_s": result["wall_s"], "cpu_s": result["cpu_s"]}
+
+
 def size_name(nbytes: int) -> str:
     return f"{nbytes // MIB}MiB"
 
@@ -259,10 +363,10 @@ def workload_names(counts: Counts) -> list[str]:
     names = ["call_one_rtt", "pipelined_call_one", "broadcast_gather_4"]
     for kind in ("bytes", "tensor"):
         names += [f"payload_{kind}_{size_name(n)}" for n in counts.payload_calls]
-    return [*names, "mesh_up_4"]
+    return [*names, "mesh_up_4", "first_mesh_4", "hello_world_2"]
 
 
-def run_all(fw: Framework, counts: Counts) -> Iterator[dict[str, Any]]:
+def run_all(fw: MeshFramework, counts: Counts) -> Iterator[dict[str, Any]]:
     """Run every workload; yield ``{"workload", "params", "metrics"}`` or ``{"workload", "error"}``.
 
     A workload that fails yields its error and the rest still run.
@@ -307,6 +411,11 @@ def run_all(fw: Framework, counts: Counts) -> Iterator[dict[str, Any]]:
         yield {"workload": "mesh_up_4", **mesh_up(fw, counts)}
     except Exception as exc:
         yield {"workload": "mesh_up_4", "error": describe(exc)}
+    for name, procs in (("first_mesh_4", PROCS), ("hello_world_2", 2)):
+        try:
+            yield {"workload": name, **program(fw, procs, counts.program_runs)}
+        except Exception as exc:
+            yield {"workload": name, "error": describe(exc)}
 
 
 def describe(exc: BaseException) -> str:

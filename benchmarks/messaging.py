@@ -60,8 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     labels = {"transport": args.transport, **options}
     names = workload_names(counts)
 
+    setup = f"import danaus as api\n\napi.configure(transport={args.transport!r}, **{options!r})"
+
     def workloads():
-        return run_all(MeshFramework(danaus), counts)
+        return run_all(MeshFramework(danaus, setup), counts)
 
     if args.peer is None:
         if args.rounds == 1:

@@ -6,7 +6,8 @@ Prints one JSON line per measurement:
   many simulated procs and run broadcast+gather rounds, simulated seconds, and
   delivered messages per wall second; the same in CPU seconds of this process
   (``*_cpu_s``), which other load on the machine disturbs less.
-  ``round_gc_cpu_s`` is the part of a round spent in the garbage collector.
+  ``setup_gc_cpu_s`` and ``round_gc_cpu_s`` are the parts of the set-up and
+  of a round spent in the garbage collector.
 - ``sim_profile``, per size, with ``--profile``: where the rounds' time goes,
   from cProfile: the microseconds of own time per delivered message in each
   part of the code (``areas``) and in the functions that take most
@@ -52,19 +53,19 @@ class Echo(Actor):
 
 
 class CollectorClock:
-    """CPU seconds the garbage collector spent while ``counting``."""
+    """CPU seconds the garbage collector spent in each phase of a run (``phase``: None, none)."""
 
     def __init__(self) -> None:
-        self.seconds = 0.0
-        self.counting = False
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.phase: str | None = None
         self._start = 0.0
         gc.callbacks.append(self._observe)
 
     def _observe(self, phase: str, info: dict) -> None:
         if phase == "start":
             self._start = time.process_time()
-        elif self.counting:
-            self.seconds += time.process_time() - self._start
+        elif self.phase is not None:
+            self.seconds[self.phase] += time.process_time() - self._start
 
     def close(self) -> None:
         gc.callbacks.remove(self._observe)
@@ -82,12 +83,13 @@ def measure(procs: int, rounds: int, profiler: cProfile.Profile | None = None) -
 
     def main() -> int:
         start, cpu = time.perf_counter(), time.process_time()
+        collector.phase = "setup"
         mesh = hosts().spawn_procs({"gpus": GPUS_PER_HOST}).spawn("echo", Echo)
         mesh.initialized.get()
         timings["setup"] = time.perf_counter() - start
         timings["setup_cpu"] = time.process_time() - cpu
         start, cpu = time.perf_counter(), time.process_time()
-        collector.counting = True
+        collector.phase = "rounds"
         if profiler is not None:
             gc.disable()
             profiler.enable()
@@ -97,7 +99,7 @@ def measure(procs: int, rounds: int, profiler: cProfile.Profile | None = None) -
         if profiler is not None:
             profiler.disable()
             gc.enable()
-        collector.counting = False
+        collector.phase = None
         timings["rounds"] = time.perf_counter() - start
         timings["rounds_cpu"] = time.process_time() - cpu
         return received
@@ -124,8 +126,9 @@ def measure(procs: int, rounds: int, profiler: cProfile.Profile | None = None) -
         "round_messages_per_wall_s": round(round_messages / timings["rounds"]),
         "cpu_s": round(cpu, 3),
         "setup_cpu_s": round(timings["setup_cpu"], 3),
+        "setup_gc_cpu_s": round(collector.seconds["setup"], 3),
         "round_cpu_s": round(timings["rounds_cpu"] / rounds, 3),
-        "round_gc_cpu_s": round(collector.seconds / rounds, 3),
+        "round_gc_cpu_s": round(collector.seconds["rounds"] / rounds, 3),
         "round_messages_per_cpu_s": round(round_messages / timings["rounds_cpu"]),
     }
 

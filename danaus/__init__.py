@@ -1,9 +1,11 @@
 """Danaus: single-controller distributed programs on meshes of actors.
 
 Everything users need is importable from here (and from ``danaus.sim``,
-``danaus.rdma``, ``danaus.chaos`` and ``danaus.spmd``); the modules under ``danaus.core`` are
-the implementation. Importing this package changes nothing: it makes no world,
-configures nothing and leaves asyncio as it was.
+``danaus.rdma``, ``danaus.chaos``, ``danaus.spmd``, ``danaus.tensor`` and
+``danaus.random``); the modules under ``danaus.core`` are the implementation. The
+tensor engine's names (``danaus.inspect``, ``danaus.Tensor``...) load torch on first
+use, not here. Importing this package changes nothing: it makes no world, configures
+nothing and leaves asyncio as it was.
 """
 
 import importlib as _importlib
@@ -92,7 +94,28 @@ __all__ = [
 
 _FROM_WORKERS = ("run_worker_loop_forever", "default_bootstrap_cmd", "make_job_key")
 """Names of `danaus.workers`, imported on first use (it imports the tcp transport)."""
-_SUBMODULES = ("sim", "rdma", "chaos", "spmd")
+_FROM_TENSOR = (
+    "RemoteProcessGroup",
+    "RemoteTensorError",
+    "Simulator",
+    "Stream",
+    "Tensor",
+    "call_on_shard_and_fetch",
+    "fetch_shard",
+    "get_active_mesh",
+    "get_active_stream",
+    "grad_generator",
+    "inspect",
+    "no_mesh",
+    "reduce",
+    "reduce_",
+    "remote",
+    "show",
+    "slice_mesh",
+    "to_mesh",
+)
+"""Names of `danaus.tensor`, the tensor engine, imported on first use (it imports torch)."""
+_SUBMODULES = ("sim", "rdma", "chaos", "spmd", "tensor", "random")
 
 unhandled_fault_hook = _default_fault_hook
 """Called in the controller for each failure that reaches it unhandled.
@@ -104,9 +127,11 @@ ends the controller with status 1.
 
 
 def __getattr__(name: str) -> object:
-    """The submodules and the workers' names, imported on first use."""
+    """The submodules, the workers' names and the tensor engine's, imported on first use."""
     if name in _SUBMODULES:
         return _importlib.import_module(f"danaus.{name}")
     if name in _FROM_WORKERS:
         return getattr(_importlib.import_module("danaus.workers"), name)
+    if name in _FROM_TENSOR:
+        return getattr(_importlib.import_module("danaus.tensor"), name)
     raise AttributeError(f"module 'danaus' has no attribute {name!r}")

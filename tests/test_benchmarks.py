@@ -22,6 +22,8 @@ EXPECTED = {
     "payload_tensor_1MiB": PAYLOAD_KEYS,
     "payload_tensor_64MiB": PAYLOAD_KEYS,
     "mesh_up_4": {"runs", "procs", "danaus_median_s", "danaus_first_s"},
+    "first_mesh_4": {"runs", "procs", "danaus_first_mesh_s", "danaus_wall_s", "danaus_cpu_s"},
+    "hello_world_2": {"runs", "procs", "danaus_first_mesh_s", "danaus_wall_s", "danaus_cpu_s"},
 }
 
 
@@ -86,7 +88,7 @@ def test_sim_scale_small() -> None:
     assert scale["round_messages"] == 2 * 2 * 64
     for key in ("cpu_s", "round_cpu_s", "round_messages_per_cpu_s"):
         assert scale[key] > 0, (key, scale)
-    assert scale["round_gc_cpu_s"] >= 0
+    assert scale["round_gc_cpu_s"] >= 0 and scale["setup_gc_cpu_s"] >= 0
     assert chaos["benchmark"] == "chaos_training" and chaos["seeds"] == 5
     assert chaos["faults"] > 0 and chaos["failed_seeds"] == 0
     for key in ("seeds_per_wall_minute", "simulated_s_per_wall_s", "simulated_s"):
@@ -139,6 +141,17 @@ def test_hot_path_small_bound() -> None:
     [cpu] = [row for row in rows if row["workload"] == "cpu_per_round_trip"]
     assert cpu["caller_user_us"] + cpu["caller_system_us"] > 0, cpu
     assert cpu["actor_proc_user_us"] + cpu["actor_proc_system_us"] > 0, cpu
+
+
+def test_bytes_receive_small() -> None:
+    rows = run_benchmark("bytes_receive.py", "--mib", "1", "--repeats", "2")
+    assert [row["way"] for row in rows] == [
+        "kept_buffer_and_copy",
+        "new_storage",
+        "new_storage_populated",
+        "kept_storage",
+    ]
+    assert all(row["cpu_ms"] >= 0 and row["wall_ms"] > 0 for row in rows), rows
 
 
 def test_large_argument_small() -> None:

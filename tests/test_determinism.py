@@ -73,8 +73,11 @@ network model) must leave every trace as it was, byte for byte: these digests
 were taken before the simulator came to own its event queue, and every change
 to its speed since has kept them. A change that means to alter traces (a new
 field in an event, another network model) changes them here, and says why.
-Last changed when a spawn began to carry its creator's name (for actor names
-and log prefixes): the spawn message grew, and with it its simulated transfer time."""
+Last changed when the classes of a spawn order and of an actor mesh moved to
+modules of their own (spawn_order, actor_mesh): a pickle names a class by its
+module's path, so the messages that carry them grew by a few bytes, and with
+them their simulated transfer times. Pickled under their former paths, they give
+the earlier digests byte for byte."""
 
 
 @pytest.mark.parametrize(("seed", "schedule_seed"), sorted(PINNED))

@@ -10,7 +10,7 @@ fail.
 from danaus.chaos.checkers import Violation
 from danaus.chaos.faults import crash, pause, resume
 from danaus.chaos.history import History
-from danaus.chaos.plan import EXTRA_KINDS, KINDS, Fault, Plan, random_plan
+from danaus.chaos.plan import EXTRA_KINDS, KINDS, TIMING_KINDS, Fault, Plan, random_plan
 from danaus.chaos.runner import ChaosFailure, Outcome, check_seed, run_scenario, run_seeds, shrink
 from danaus.chaos.scenario import Scenario
 from danaus.core.faults import FaultUnsupported, Heal, HostControl
@@ -19,6 +19,7 @@ from danaus.core.sites import InjectedFatal, InjectedFault
 __all__ = [
     "EXTRA_KINDS",
     "KINDS",
+    "TIMING_KINDS",
     "ChaosFailure",
     "Fault",
     "FaultUnsupported",

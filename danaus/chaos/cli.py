@@ -1,4 +1,10 @@
-"""``danaus chaos run`` and ``danaus chaos replay``: many seeds, and one seed exactly again."""
+"""``danaus chaos run`` and ``danaus chaos replay``: many seeds, and one seed exactly again.
+
+``run`` runs the seeds here, or with ``--slurm-array`` over the tasks of a
+SLURM array job (`danaus.chaos.array_cli`, which also gives ``merge`` and
+``rerun``); either way it ends the same: each group of failures with its
+smallest seed and replay command, and the reports asked for.
+"""
 
 from __future__ import annotations
 
@@ -18,14 +24,14 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from danaus.argparsing import TRACE_HELP, UsageError, fraction
+from danaus.argparsing import TRACE_HELP, UsageError, fraction, positive_int
 from danaus.chaos.groups import Group, group_failures
 from danaus.chaos.plan import Plan
+from danaus.chaos.results import SeedResult
 from danaus.chaos.run_report import RunReport, summary_lines, to_html, to_junit_xml
 from danaus.chaos.runner import (
-    Outcome,
+    iter_seeds,
     run_scenario,
-    run_seeds,
     seed_range,
     shrink,
 )
@@ -47,9 +53,31 @@ PROGRESS = (
 """The progress bar of a run: "KVStore ━━━━ 3/10 seeds, failed: 1, elapsed 0:00:02 left 0:00:05"."""
 
 
+def add_report_options(command: Any) -> None:
+    """The options of how a run ends: shrinking, and the reports it writes."""
+    command.add_argument(
+        "--shrink",
+        action="store_true",
+        help="shrink the plan of each group's smallest seed to the fewest faults that still fail",
+    )
+    command.add_argument("--quiet", action="store_true", help="no progress bar")
+    command.add_argument(
+        "--report",
+        metavar="FILE",
+        help="write the run as one self-contained HTML page: figures, and for each group of "
+        "failures its shrunk plan and the sequence diagram of its smallest seed "
+        "(implies --shrink)",
+    )
+    command.add_argument(
+        "--junit-xml", metavar="FILE", help="write the run as JUnit XML, a test case per seed"
+    )
+
+
 def add_commands(commands: Any, load: Callable[[str], Any], command: Callable[..., Any]) -> None:
-    """Register ``chaos run`` and ``chaos replay`` under the ``danaus`` command; ``command``
-    makes a sub-command that runs a handler (`danaus.cli`)."""
+    """Register ``chaos run``, ``replay``, ``merge`` and ``rerun`` under the ``danaus``
+    command; ``command`` makes a sub-command that runs a handler (`danaus.cli`)."""
+    from danaus.chaos import array_cli
+
     chaos = commands.add_parser("chaos", help="run scenarios under faults, replay a seed")
     verbs = chaos.add_subparsers(dest="verb", required=True, metavar="ACTION")
 
@@ -65,23 +93,17 @@ def add_commands(commands: Any, load: Callable[[str], Any], command: Callable[..
         metavar="RATE",
         help="fraction of seeds run twice to check their traces match (simulator only)",
     )
-    run.add_argument(
-        "--shrink",
-        action="store_true",
-        help="shrink the plan of each group's smallest seed to the fewest faults that still fail",
-    )
     run.add_argument("--transport", default="sim", choices=TRANSPORTS, help="where to run")
-    run.add_argument("--quiet", action="store_true", help="no progress bar")
-    run.add_argument(
-        "--report",
-        metavar="FILE",
-        help="write the run as one self-contained HTML page: figures, and for each group of "
-        "failures its shrunk plan and the sequence diagram of its smallest seed "
-        "(implies --shrink)",
+    add_report_options(run)
+    slurm = run.add_argument_group("on a SLURM cluster")
+    slurm.add_argument(
+        "--slurm-array",
+        type=positive_int,
+        metavar="TASKS",
+        help="split the seeds over the tasks of a SLURM array job, wait for it and merge what "
+        "they found (simulator only)",
     )
-    run.add_argument(
-        "--junit-xml", metavar="FILE", help="write the run as JUnit XML, a test case per seed"
-    )
+    array_cli.add_slurm_options(slurm)
 
     replay = command(
         verbs,
@@ -96,9 +118,11 @@ def add_commands(commands: Any, load: Callable[[str], Any], command: Callable[..
     )
     replay.add_argument("--transport", default="sim", choices=TRANSPORTS, help="where to run")
     replay.add_argument("--trace", metavar="FILE", action="append", default=[], help=TRACE_HELP)
+    array_cli.add_commands(verbs, load, command)
 
 
-def _scenario(target: str, load: Callable[[str], Any]) -> Scenario:
+def scenario_from(target: str, load: Callable[[str], Any]) -> Scenario:
+    """The scenario ``target`` names (`UsageError` if it names something else)."""
     found = load(target)
     if isinstance(found, type) and issubclass(found, Scenario):
         return found()
@@ -132,7 +156,8 @@ def _print_failure(console: Console, report: RunReport, group: Group) -> None:
         f"({counted(len(outcome.violations), 'violation')}{alike})"
     )
     console.print("  shrunk plan:" if group.shrunk is not None else "  plan:")
-    for line in outcome.plan.describe().splitlines():
+    plan = outcome.plan.describe() if outcome.plan is not None else "(not kept)"
+    for line in plan.splitlines():
         console.print(f"    {line}", markup=False, highlight=False)
     console.print("  violations:")
     for violation in outcome.violations[:SHOWN_VIOLATIONS]:
@@ -146,52 +171,23 @@ def _print_failure(console: Console, report: RunReport, group: Group) -> None:
     console.print(f"  replay: {command}", markup=False, highlight=False, soft_wrap=True)
 
 
-def _run(args: argparse.Namespace, load: Callable[[str], Any]) -> int:
-    try:
-        seeds = seed_range(args.seeds)
-    except ValueError as exc:
-        raise UsageError(f"--seeds: {exc}") from None
-    console = Console()
-    scenario = _scenario(args.target, load)
-    started = time.perf_counter()
-    durations: dict[int, float] = {}
-    failed = 0
-    shown = not args.quiet and wanted(console.file)
-    with Progress(*PROGRESS, console=console, disable=not shown, transient=True) as progress:
-        task = progress.add_task(scenario.name, total=len(seeds), failed=0)
-        last = time.perf_counter()
-
-        def advance(outcome: Outcome) -> None:
-            nonlocal failed, last
-            now = time.perf_counter()
-            durations[outcome.seed], last = now - last, now
-            failed += outcome.failed
-            progress.update(task, advance=1, failed=failed)
-
-        outcomes = run_seeds(
-            scenario,
-            seeds,
-            determinism_rate=args.determinism,
-            transport=args.transport,
-            progress=advance,
-        )
-    groups = group_failures(outcomes)
-    if args.shrink or args.report:
-        for group in groups:
-            group.shrunk, group.outcome = shrink(
-                scenario, group.seed, group.outcome.plan, args.transport
-            )
-    report = RunReport(
-        scenario=scenario.name,
-        target=args.target,
-        transport=args.transport,
-        seeds=seeds,
-        outcomes=outcomes,
-        groups=groups,
-        elapsed=time.perf_counter() - started,
-        durations=durations,
-    )
+def shrink_groups(
+    args: argparse.Namespace, scenario: Scenario, groups: list[Group], transport: str
+) -> None:
+    """With ``--shrink`` or ``--report``: each group's smallest seed, run again with the smallest
+    plan that still fails (kept with its trace, for the report's diagram)."""
+    if not (args.shrink or args.report):
+        return
     for group in groups:
+        plan = group.outcome.plan
+        assert plan is not None, "a failing seed keeps its plan"
+        group.shrunk, group.outcome = shrink(scenario, group.seed, plan, transport)
+
+
+def finish(console: Console, args: argparse.Namespace, report: RunReport) -> int:
+    """End a run: each group, the reports asked for, the summary; the exit status (1: a seed
+    failed or did not run)."""
+    for group in report.groups:
         _print_failure(console, report, group)
     if args.report:
         Path(args.report).write_text(to_html(report), encoding="utf-8")
@@ -201,7 +197,52 @@ def _run(args: argparse.Namespace, load: Callable[[str], Any]) -> int:
         console.print(f"JUnit XML: {args.junit_xml}", markup=False, highlight=False)
     for line in summary_lines(report):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
-    return 1 if groups else 0
+    return 1 if report.groups or report.not_run else 0
+
+
+def progress_bar(console: Console, args: argparse.Namespace) -> Progress:
+    """The bar of a run over many seeds (none with ``--quiet``, or off a terminal)."""
+    shown = not args.quiet and wanted(console.file)
+    return Progress(*PROGRESS, console=console, disable=not shown, transient=True)
+
+
+def _run(args: argparse.Namespace, load: Callable[[str], Any]) -> int:
+    try:
+        seeds = seed_range(args.seeds)
+    except ValueError as exc:
+        raise UsageError(f"--seeds: {exc}") from None
+    console = Console()
+    scenario = scenario_from(args.target, load)
+    if args.slurm_array is not None:
+        from danaus.chaos import array_cli
+
+        return array_cli.run(console, args, load, scenario, seeds)
+    started = time.perf_counter()
+    results: list[SeedResult] = []
+    failed = 0
+    with progress_bar(console, args) as progress:
+        task = progress.add_task(scenario.name, total=len(seeds), failed=0)
+        last = time.perf_counter()
+        for outcome in iter_seeds(
+            scenario, seeds, determinism_rate=args.determinism, transport=args.transport
+        ):
+            now = time.perf_counter()
+            results.append(SeedResult.of(outcome, now - last))
+            last = now
+            failed += outcome.failed
+            progress.update(task, advance=1, failed=failed)
+    groups = group_failures(results)
+    shrink_groups(args, scenario, groups, args.transport)
+    report = RunReport(
+        scenario=scenario.name,
+        target=args.target,
+        transport=args.transport,
+        seeds=seeds,
+        results=results,
+        groups=groups,
+        elapsed=time.perf_counter() - started,
+    )
+    return finish(console, args, report)
 
 
 def _replay(args: argparse.Namespace, load: Callable[[str], Any]) -> int:
@@ -209,7 +250,7 @@ def _replay(args: argparse.Namespace, load: Callable[[str], Any]) -> int:
 
     plan = _plan(args.plan) if args.plan else None
     console = Console()
-    scenario = _scenario(args.target, load)
+    scenario = scenario_from(args.target, load)
     outcome = run_scenario(scenario, args.seed, plan, args.transport)
     console.print(f"{scenario.name} seed {args.seed}: {'FAILED' if outcome.failed else 'passed'}")
     console.print("plan:", markup=False)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from danaus.chaos.checkers import Violation
 from danaus.chaos.plan import Plan
+from danaus.chaos.results import SeedResult
 from danaus.chaos.runner import Outcome
 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?(?:e-?\d+)?")
@@ -28,7 +29,7 @@ def headline(violation: Violation) -> str:
     return f"[{violation.checker}] {_NUMBER.sub('N', line.strip())}"
 
 
-def signature(outcome: Outcome) -> tuple[str, ...]:
+def signature(outcome: Outcome | SeedResult) -> tuple[str, ...]:
     """What broke in ``outcome``: its violations' headlines, each once, in order."""
     return tuple(sorted({headline(v) for v in outcome.violations}))
 
@@ -39,8 +40,9 @@ class Group:
 
     signature: tuple[str, ...]
     seeds: list[int]
-    outcome: Outcome
-    """The smallest seed's run (with the shrunk plan, once `shrunk` is set)."""
+    outcome: Outcome | SeedResult
+    """The smallest seed's run, or what a run over many seeds kept of it; once `shrunk` is
+    set, its run with the shrunk plan."""
     shrunk: Plan | None = None
     """The smallest plan that still fails for the smallest seed, if it was shrunk."""
 
@@ -49,7 +51,7 @@ class Group:
         return self.outcome.seed
 
 
-def group_failures(outcomes: Iterable[Outcome]) -> list[Group]:
+def group_failures(outcomes: Iterable[Outcome | SeedResult]) -> list[Group]:
     """The failed ``outcomes`` by signature: largest group first, then by smallest seed."""
     groups: dict[tuple[str, ...], Group] = {}
     for outcome in sorted((o for o in outcomes if o.failed), key=lambda o: o.seed):

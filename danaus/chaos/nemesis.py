@@ -77,6 +77,12 @@ class Nemesis:
             return None
         if kind == "pause":
             return faults.pause(self._proc(fault))
+        if kind == "clock_jump":
+            return faults.clock_jump(self._proc(fault), fault.amount)
+        if kind == "slow_cpu":
+            return faults.slow_cpu(self._proc(fault), fault.amount)
+        if kind == "pause_thread":
+            return faults.pause_thread(self._proc(fault), int(fault.target[2]))
         if kind in ("raise", "throw"):
             sites = self.world.sites
             if sites is None:

@@ -7,8 +7,15 @@ it heals. Plans are written by hand (an explicit schedule) or drawn from a seed
 the seed too, so that some seeds are calm and others stormy.
 
 Targets name things that exist before the program runs: hosts by index, links
-between two hosts, and procs as "the n-th live worker proc on host h" (chosen
-when the fault fires, among the procs alive then).
+between two hosts, procs as "the n-th live worker proc on host h" (chosen
+when the fault fires, among the procs alive then), and an actor's thread as
+"the a-th actor of that proc".
+
+Adding a kind to the kinds a seed draws from changes the plan of every seed.
+So the kinds added since seeds were first drawn are opt-in (`EXTRA_KINDS`,
+`TIMING_KINDS`), and what a fault of such a kind draws beyond what every fault
+draws is drawn after it: a scenario that does not list them gets, for every
+seed, the plan it always had.
 """
 
 from __future__ import annotations
@@ -30,10 +37,19 @@ FaultKind = Literal[
     "bandwidth",
     "raise",
     "throw",
+    "clock_jump",
+    "slow_cpu",
+    "pause_thread",
 ]
 EXTRA_KINDS: tuple[FaultKind, ...] = ("throw",)
 """Kinds a scenario opts into (``kinds = KINDS + EXTRA_KINDS``)."""
-KINDS: tuple[FaultKind, ...] = tuple(k for k in get_args(FaultKind) if k not in EXTRA_KINDS)
+TIMING_KINDS: tuple[FaultKind, ...] = ("clock_jump", "slow_cpu", "pause_thread")
+"""A proc's clock, CPU and threads: kinds a scenario opts into (``kinds = KINDS + TIMING_KINDS``).
+Only the simulator applies them."""
+ALL_KINDS: tuple[FaultKind, ...] = get_args(FaultKind)
+KINDS: tuple[FaultKind, ...] = tuple(
+    k for k in ALL_KINDS if k not in EXTRA_KINDS and k not in TIMING_KINDS
+)
 """The kinds seeds draw unless a scenario says otherwise."""
 THROWN = ("InjectedFault", "InjectedFatal", "KeyboardInterrupt", "GeneratorExit")
 """What a drawn ``throw`` raises: an `Exception` or a `BaseException` (see `danaus.core.sites`)."""
@@ -43,6 +59,8 @@ SITE_KINDS: tuple[FaultKind, ...] = ("raise", "throw")
 """The kinds that need fault sites in every proc (the simulator, where all procs are local)."""
 INSTANT_KINDS: tuple[FaultKind, ...] = ("crash", "crash_host")
 """The kinds that have no duration: nothing comes back to heal."""
+PROC_KINDS: tuple[FaultKind, ...] = ("crash", "pause", "slow", "clock_jump", "slow_cpu")
+"""The kinds whose target is a proc, ``(host, slot)``."""
 AMOUNTS: dict[FaultKind, tuple[float, float]] = {
     "slow": (0.001, 0.2),
     "delay": (0.001, 0.5),
@@ -50,6 +68,10 @@ AMOUNTS: dict[FaultKind, tuple[float, float]] = {
     "raise": (0.1, 1.0),
 }
 """The range a drawn fault's ``amount`` comes from, for the kinds that have one."""
+CLOCK_JUMPS = (1.0, 600.0)
+"""The range of a drawn clock jump's size in seconds (forward or back, as drawn)."""
+CPU_FACTORS = (2.0, 1000.0)
+"""The range of a drawn ``slow_cpu`` fault's factor."""
 
 
 def usable_kinds(
@@ -70,8 +92,10 @@ class Fault:
 
     ``target`` by kind:
 
-    * crash, pause, slow: ``(host, slot)``: live worker proc number ``slot``
-      (modulo their count) on host ``host``;
+    * crash, pause, slow, clock_jump, slow_cpu: ``(host, slot)``: live worker
+      proc number ``slot`` (modulo their count) on host ``host``;
+    * pause_thread: ``(host, slot, actor)``: the thread of actor number
+      ``actor`` (modulo their count, in the order they were spawned) of that proc;
     * crash_host, bandwidth: ``(host,)``;
     * delay, clog: ``(host_a, host_b)``, both directions;
     * partition: the hosts on one side; with ``one_way`` only their sending
@@ -82,7 +106,10 @@ class Fault:
 
     ``amount`` is the fault's strength: the pause's length is ``duration``; for
     slow and delay, added seconds per message; for bandwidth, the remaining
-    fraction; for raise, the probability per call; for throw, which call.
+    fraction; for raise, the probability per call; for throw, which call; for
+    clock_jump, the seconds the proc's clock jumps by (negative: back), until
+    ``duration`` later it is set right; for slow_cpu, how many times slower the
+    proc's CPU runs.
     """
 
     at: float
@@ -94,14 +121,17 @@ class Fault:
     error: str = ""
 
     def __post_init__(self) -> None:
-        kinds = KINDS + EXTRA_KINDS
-        if self.kind not in kinds:
-            raise ValueError(f"unknown fault kind {self.kind!r}; kinds are {', '.join(kinds)}")
+        if self.kind not in ALL_KINDS:
+            raise ValueError(f"unknown fault kind {self.kind!r}; kinds are {', '.join(ALL_KINDS)}")
         if self.at < 0 or self.duration < 0:
             raise ValueError("a fault's time and duration must not be negative")
         if self.kind == "throw" and (self.error not in THROWN or self.amount < 1):
             raise ValueError(f"a throw needs an error among {', '.join(THROWN)} and a call >= 1")
+        if self.kind == "slow_cpu" and self.amount < 1:
+            raise ValueError("a slow_cpu fault needs a factor (its amount) of at least 1")
         object.__setattr__(self, "target", tuple(self.target))
+        if self.kind == "pause_thread" and len(self.target) != 3:
+            raise ValueError("a pause_thread fault's target is (host, proc slot, actor slot)")
 
     def describe(self) -> str:
         target = {
@@ -114,6 +144,9 @@ class Fault:
             "clog": "link h{0}<->h{1}",
             "raise": "endpoint {0}.{1}",
             "throw": "endpoint {0}.{1}",
+            "clock_jump": "proc {1} of host h{0}",
+            "slow_cpu": "proc {1} of host h{0}",
+            "pause_thread": "actor {2} of proc {1} of host h{0}",
         }.get(self.kind)
         if target is None:
             side = ",".join(f"h{h}" for h in self.target)
@@ -123,7 +156,11 @@ class Fault:
         text = f"t={self.at:.3f}s {self.kind} {where}"
         if self.kind == "throw":
             return f"{text} raises {self.error} at call {self.amount:g}"
-        if self.amount:
+        if self.kind == "clock_jump":
+            text += f" by {self.amount:+.3f}s"
+        elif self.kind == "slow_cpu":
+            text += f" {self.amount:.4g}x slower"
+        elif self.amount:
             text += f" amount={self.amount:.4g}"
         if self.duration:
             text += f" for {self.duration:.3f}s"
@@ -212,8 +249,10 @@ def random_plan(
         at = round(rng.uniform(0, duration), 6)
         length = round(min(duration, rng.expovariate(1 / 2.0)), 6)
         host = rng.randrange(hosts)
-        if kind in ("crash", "pause", "slow"):
+        if kind in PROC_KINDS:
             target: tuple[Any, ...] = (host, rng.randrange(8))
+        elif kind == "pause_thread":
+            target = (host, rng.randrange(8), rng.randrange(8))
         elif kind in ("crash_host", "bandwidth"):
             target = (host,)
         elif kind in ("delay", "clog"):
@@ -226,10 +265,13 @@ def random_plan(
             target = rng.choice(list(endpoints))
         # An amount for every kind, whichever was drawn: each seed keeps the plan it always had.
         amounts = {k: rng.uniform(low, high) for k, (low, high) in AMOUNTS.items()}
+        error = ""
         if kind == "throw":
             amounts[kind], error = rng.randint(1, 5), rng.choice(THROWN)
-        else:
-            error = ""
+        elif kind == "clock_jump":
+            amounts[kind] = rng.choice((-1, 1)) * rng.uniform(*CLOCK_JUMPS)
+        elif kind == "slow_cpu":
+            amounts[kind] = rng.uniform(*CPU_FACTORS)
         faults.append(
             Fault(
                 at=at,

@@ -19,7 +19,7 @@ import shlex
 import threading
 import time
 import traceback
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +33,7 @@ from danaus.chaos.checkers import (
 )
 from danaus.chaos.history import History
 from danaus.chaos.nemesis import Nemesis
-from danaus.chaos.plan import NETWORK_KINDS, SITE_KINDS, FaultKind, Plan
+from danaus.chaos.plan import NETWORK_KINDS, SITE_KINDS, TIMING_KINDS, FaultKind, Plan
 from danaus.chaos.scenario import Scenario
 from danaus.core import config
 from danaus.core.errors import SupervisionError
@@ -172,6 +172,7 @@ def applicable_kinds(kinds: Iterable[FaultKind], world: World) -> list[FaultKind
         kind
         for kind in kinds
         if (kind not in NETWORK_KINDS or kind in world.faults.network_faults)
+        and (kind not in TIMING_KINDS or kind in world.faults.timing_faults)
         and (kind not in SITE_KINDS or world.sites is not None)
     ]
 
@@ -306,6 +307,31 @@ def seed_range(text: str) -> range:
     return seeds
 
 
+def checks_determinism(seed: int, rate: float) -> bool:
+    """Whether ``seed`` is one of the sample, a fraction ``rate`` of all seeds, run twice to
+    check its replay. Drawn from the seed alone: a slice of a range samples as the whole does."""
+    return rate > 0 and random.Random(f"determinism-{seed}").random() < rate
+
+
+def iter_seeds(
+    scenario: Scenario,
+    seeds: Iterable[int],
+    *,
+    determinism_rate: float = 0.0,
+    transport: str = "sim",
+) -> Iterator[Outcome]:
+    """Run every seed, yielding each outcome as it ends (a long run need not keep them all); a
+    sample (``determinism_rate``) is run twice to check replayability."""
+    deterministic = config.transport_module(transport).World.deterministic
+    for seed in seeds:
+        outcome = run_scenario(scenario, seed, transport=transport)
+        if deterministic and checks_determinism(seed, determinism_rate):
+            problem = check_determinism(scenario, seed, outcome)
+            if problem is not None:
+                outcome.violations.append(problem)
+        yield outcome
+
+
 def run_seeds(
     scenario: Scenario,
     seeds: Iterable[int],
@@ -316,14 +342,9 @@ def run_seeds(
 ) -> list[Outcome]:
     """Run every seed; a sample (``determinism_rate``) is run twice to check replayability."""
     outcomes = []
-    sampler = random.Random("determinism-sample")
-    deterministic = config.transport_module(transport).World.deterministic
-    for seed in seeds:
-        outcome = run_scenario(scenario, seed, transport=transport)
-        if deterministic and determinism_rate and sampler.random() < determinism_rate:
-            problem = check_determinism(scenario, seed, outcome)
-            if problem is not None:
-                outcome.violations.append(problem)
+    for outcome in iter_seeds(
+        scenario, seeds, determinism_rate=determinism_rate, transport=transport
+    ):
         outcomes.append(outcome)
         if progress is not None:
             progress(outcome)

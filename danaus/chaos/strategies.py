@@ -17,8 +17,11 @@ from hypothesis import strategies as st
 
 from danaus.chaos.plan import (
     AMOUNTS,
+    CLOCK_JUMPS,
+    CPU_FACTORS,
     INSTANT_KINDS,
     KINDS,
+    PROC_KINDS,
     THROWN,
     Fault,
     FaultKind,
@@ -38,8 +41,10 @@ def faults(
     """One fault of ``kinds`` within ``duration`` seconds on a cluster of ``hosts`` hosts."""
     kind = draw(st.sampled_from(usable_kinds(kinds, hosts, endpoints)))
     host = draw(st.integers(0, hosts - 1))
-    if kind in ("crash", "pause", "slow"):
+    if kind in PROC_KINDS:
         target: tuple[Any, ...] = (host, draw(st.integers(0, 7)))
+    elif kind == "pause_thread":
+        target = (host, draw(st.integers(0, 7)), draw(st.integers(0, 7)))
     elif kind in ("crash_host", "bandwidth"):
         target = (host,)
     elif kind in ("delay", "clog"):
@@ -52,6 +57,11 @@ def faults(
     throw = kind == "throw"
     if throw:
         amount: float = draw(st.integers(1, 5))
+    elif kind == "clock_jump":
+        size = draw(st.floats(*CLOCK_JUMPS))
+        amount = size if draw(st.booleans()) else -size
+    elif kind == "slow_cpu":
+        amount = draw(st.floats(*CPU_FACTORS))
     else:
         amount = draw(st.floats(*AMOUNTS[kind])) if kind in AMOUNTS else 0.0
     return Fault(

@@ -6,6 +6,11 @@ model; real transports: crashes and pauses, through the launcher's signals,
 and, given a `HostControl` over the machines, partitions, clogs, isolated and
 crashed hosts) and raises `FaultUnsupported` for the others, saying why.
 
+Faults of a proc's timing (its clock jumps, its CPU slows down, one of its
+actors' threads stops) need a world that owns the proc's clock, its CPU and
+its threads' scheduling: the simulator does; a real process's belong to its
+operating system.
+
 Targets are hosts (host agent ids, as `World.hosts` gives them) and procs.
 """
 
@@ -38,6 +43,8 @@ class Faults(ABC):
 
     network_faults: frozenset[str] = frozenset()
     """Which network faults (of slow, bandwidth, delay, clog, partition, isolate) apply."""
+    timing_faults: frozenset[str] = frozenset()
+    """Which faults of a proc's timing (of clock_jump, slow_cpu, pause_thread) apply."""
 
     @abstractmethod
     def workers(self, host: str) -> list[str]:
@@ -86,6 +93,35 @@ class Faults(ABC):
     def isolate(self, host: str) -> Heal:
         """Cut ``host`` off from every other host and from the controller, both ways."""
         raise FaultUnsupported(self._no_network("isolating a host"))
+
+    def clock_jump(self, proc: str, seconds: float) -> Heal:
+        """``proc``'s clocks jump by ``seconds``, forward or (negative) back, as its code reads
+        them: its wall clock by ``seconds``, its monotonic clock forward only (a monotonic clock
+        never goes back). The heal sets the wall clock right again; the monotonic one keeps
+        its lead."""
+        raise FaultUnsupported(
+            "a real process reads its machine's clock: stepping it needs root (CAP_SYS_TIME) "
+            "and moves every process of the machine, and a clock of one process's own could "
+            "only be faked by preloading a library such as libfaketime when it starts"
+        )
+
+    def slow_cpu(self, proc: str, factor: float) -> Heal:
+        """``proc``'s CPU runs ``factor`` times slower: handling each message takes that much
+        longer, one message after another."""
+        raise FaultUnsupported(
+            "slowing a real process's CPU needs power over its scheduling (a cgroup's cpu.max "
+            "quota, or stopping and continuing it in turn), which this world does not have"
+        )
+
+    def pause_thread(self, proc: str, actor: int) -> Heal:
+        """The thread of actor number ``actor`` (modulo their count, in spawn order) of
+        ``proc`` stops until healed, while the rest of the proc (its heartbeats, its other
+        actors) goes on."""
+        raise FaultUnsupported(
+            "one thread of a real process cannot be stopped on its own: SIGSTOP, even sent to "
+            "one thread, stops the whole process (that is the pause fault), and only a tracer "
+            "attached with ptrace could hold one thread, which Danaus does not make itself"
+        )
 
     def _no_network(self, what: str) -> str:
         return f"{what} needs control of the network, which this world does not have"

@@ -378,6 +378,43 @@ class ProcMesh(Mesh):
         proc_agents(at).spawn.broadcast(order)
         return mesh  # type: ignore[return-value]  # the mesh stands for a T: see above
 
+    def activate(self) -> Any:
+        """Make torch operations in this code run on every proc of this mesh (or slice).
+
+        From the call until the ``with`` block it opens ends, tensors made here
+        are `danaus.Tensor` handles, each proc holding a shard of its own (see the
+        documentation's *Distributed tensors*). Needs torch.
+        """
+        from danaus.tensor.active import Activated
+
+        return Activated(self)
+
+    def rank_tensor(self, dim: str | Sequence[str]) -> Any:
+        """A tensor on this mesh whose shard on each proc is its coordinate along ``dim``
+        (or, given several dimensions, its rank within them). Needs torch."""
+        from danaus.tensor.ranks import rank_tensor
+
+        return rank_tensor(self, dim)
+
+    def rank_tensors(self) -> dict[str, Any]:
+        """`rank_tensor` of each dimension."""
+        return {dim: self.rank_tensor(dim) for dim in self._at.shape.labels}
+
+    def process_group(self, dims: str | Sequence[str]) -> Any:
+        """The torch.distributed process groups of this mesh along ``dims``, for
+        `danaus.remote` functions. Needs torch."""
+        from danaus.tensor.process_group import RemoteProcessGroup
+
+        return RemoteProcessGroup((dims,) if isinstance(dims, str) else tuple(dims), self)
+
+    def to_table(self) -> str:
+        """Where each proc of this mesh lives, as a table: ``host:proc`` per cell."""
+        from danaus.core.mesh_table import mesh_table
+
+        hosts = len(self._host_mesh._at.shape)
+        per_host = max(1, len(self._at.procs) // max(1, hosts))
+        return mesh_table(self._at.shape, lambda at: f"{at // per_host}:{at % per_host}")
+
     def __repr__(self) -> str:
         return f"<ProcMesh {self._at.mesh_id} {self.sizes}>"
 

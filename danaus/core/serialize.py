@@ -6,7 +6,7 @@ which a transport can send without copying. Received numpy arrays, tensors and
 memoryviews use the frame's memory, which is writable and the receiver's own (a
 read-only frame is copied first); bytes and bytearray, which own their memory,
 are copied once on arrival, unless a transport received the frame into
-`bytes_storage`. Classes and functions defined in
+`bytes_storage` (or filled a kept one again, `storage_again`). Classes and functions defined in
 ``__main__``, in test modules or in notebooks travel by value (cloudpickle), so
 they work in worker processes that cannot import them.
 
@@ -62,10 +62,44 @@ def bytes_storage(nbytes: int) -> memoryview:
     constructors fill theirs; an array or tensor rebuilt from the frame uses its
     memory as it would any other frame's.
     """
-    owner = _new_bytes(None, nbytes)
-    storage = (ctypes.c_char * nbytes).from_address(id(owner) + _BYTES_DATA)
+    return _storage(_new_bytes(None, nbytes))
+
+
+def _storage(owner: bytes) -> memoryview:
+    """A writable view of ``owner``'s bytes, which refers to ``owner``."""
+    storage = (ctypes.c_char * len(owner)).from_address(id(owner) + _BYTES_DATA)
     storage.owner = owner
     return memoryview(storage).cast("B")
+
+
+_BYTES_HASH = _BYTES_DATA - ctypes.sizeof(ctypes.c_ssize_t)
+"""Where a bytes object keeps its hash once computed (-1: not yet), just before its data."""
+
+
+def _hash_slot_found() -> bool:
+    """Whether `_BYTES_HASH` is where this interpreter keeps a bytes object's hash."""
+    probe = bytes_storage(8).obj.owner
+    hash(probe)
+    return ctypes.c_ssize_t.from_address(id(probe) + _BYTES_HASH).value == hash(probe)
+
+
+_REFILLABLE = _hash_slot_found()
+
+
+def storage_again(owner: bytes) -> memoryview | None:
+    """A writable view of the storage of ``owner``, made by `bytes_storage`, to fill again;
+    None where this interpreter's bytes are laid out otherwise.
+
+    Only for an object that nothing but the caller refers to (its reference
+    count says so), since its value changes: the hash it may have cached is
+    forgotten. A transport keeps the bytes of large frames it received and
+    fills them again, which spares the kernel mapping and zeroing fresh memory
+    for the next frame of that size (for 64 MiB, up to 30 ms of CPU on a small VM).
+    """
+    if not _REFILLABLE:
+        return None
+    ctypes.c_ssize_t.from_address(id(owner) + _BYTES_HASH).value = -1
+    return _storage(owner)
 
 
 def _rebuild_bytes(buffer: memoryview) -> bytes:

@@ -152,6 +152,9 @@ class Transport(ABC):
     """The kinds of memory `register` accepts (``cpu``, ``cuda``)."""
     memory_fallback_reason: str = ""
     """Why transfers are not one-sided on a transport that can make them so (for the warning)."""
+    host_address: str = "127.0.0.1"
+    """The address of this proc's host on the job's network: where it may listen for peers of
+    the job outside Danaus's own connections (torch.distributed's, for the tensor engine)."""
 
     @abstractmethod
     def start(
@@ -276,6 +279,9 @@ class World(ABC):
     deterministic: bool = False
     procs_in_process: bool = False
     """Whether the procs this world starts live in this OS process (the simulator's do)."""
+    seed: int = 0
+    """The run's seed: the simulator's; 0 on real transports (randomness derived from it, such
+    as each proc's torch generator in the tensor engine, replays run after run)."""
     cast_fanout: int = DEFAULT_FANOUT
     """How many procs a cast's sender, and each proc that passes it on, sends it to at most
     (`danaus.core.casting`; set by ``configure(cast_fanout=...)`` or ``DANAUS_CAST_FANOUT``)."""

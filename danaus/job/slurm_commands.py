@@ -44,6 +44,19 @@ def job_info(job_id: str) -> dict[str, str]:
     return fields(text)
 
 
+def jobs_info(job_id: str) -> list[dict[str, str]]:
+    """``scontrol show job``'s records of a job: one, or for an array job one per task (tasks
+    still pending may share one, whose ``ArrayTaskId`` is a range); none once SLURM has
+    forgotten it."""
+    try:
+        text = run(["scontrol", "show", "job", "--oneliner", job_id])
+    except RuntimeError as exc:
+        if "Invalid job id" in str(exc):
+            return []
+        raise
+    return [fields(line) for line in text.splitlines() if line.strip()]
+
+
 def queued(job_id: str) -> bool:
     """Whether ``squeue`` lists the job (pending, running, suspended or completing)."""
     try:

@@ -6,9 +6,12 @@ import asyncio
 import itertools
 import os
 import random
+import signal
+from pathlib import Path
 
 from danaus import Actor, RestartPolicy, endpoint, hosts, this_host
-from danaus.chaos import History, Scenario
+from danaus.chaos import TIMING_KINDS, History, Scenario
+from danaus.core import config
 
 
 class Sleeper(Actor):
@@ -98,6 +101,22 @@ class FailsTwoWays(Calm):
         if drawn["way"] == 2:
             return [f"counter went back from {key + 1} to {key}"]
         return []
+
+
+DIES_AT = "DANAUS_TEST_DIES_AT"
+"""``SEED:FILE``: `DiesOnce` kills its process at that seed while the file exists, removing it."""
+
+
+class DiesOnce(FailsTwoWays):
+    """`FailsTwoWays`, whose process is killed at one seed, once (as a node might die), when
+    `DIES_AT` says so."""
+
+    async def run(self, history: History) -> None:
+        seed, _, marker = os.environ.get(DIES_AT, "").partition(":")
+        if marker and config.current_world().seed == int(seed) and Path(marker).exists():
+            Path(marker).unlink()
+            os.kill(os.getpid(), signal.SIGKILL)
+        await super().run(history)
 
 
 class ReadsTheWallClock(Calm):
@@ -217,4 +236,33 @@ class CastsAlongTrees(Scenario):
             f"member {entry['member']} saw {entry['log']}"
             for entry in history.of("log")
             if entry["log"] != sorted(set(entry["log"]))
+        ]
+
+
+class TimingStorm(Scenario):
+    """Pings to two actors on each of four procs while clocks jump, CPUs slow down and threads
+    stop: they make answers late, never lost."""
+
+    hosts = 2
+    duration = 3.0
+    settle = 5.0
+    kinds = TIMING_KINDS
+
+    async def run(self, history: History) -> None:
+        procs = hosts().spawn_procs(per_host={"p": 2})
+        first, second = procs.spawn("first", Sleeper), procs.spawn("second", Sleeper)
+        for _ in range(30):
+            op = history.invoke("ping")
+            try:
+                calls = asyncio.gather(first.ping.call(), second.ping.call())
+                await asyncio.wait_for(calls, 10)
+            except Exception as exc:
+                history.fail(op, repr(exc))
+            else:
+                history.ok(op)
+            await asyncio.sleep(0.1)
+
+    def check(self, history: History) -> list[str]:
+        return [
+            f"a ping failed: {op['error']}" for op in history.operations() if op["status"] != "ok"
         ]

@@ -484,6 +484,8 @@ def test_the_controllers_exit_after_a_lost_host_stops_every_mesh_and_leaves_work
     wait_until(lambda: not any(map(alive, pids)), 30, "every proc of the job to end")
     for survivor in (three[0], three[2]):
         assert survivor.process.poll() is None, "the worker waits for another controller"
+
+
 def serve_as_worker(ca: str, address_file: Path, environment: dict[str, str]) -> subprocess.Popen:
     """A worker started as Monarch programs start theirs: ``run_worker_loop_forever(ca=...)``."""
     code = (

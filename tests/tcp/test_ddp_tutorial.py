@@ -23,7 +23,8 @@ STDERR_SHOWN = (
     r"danaus\.security: proc \S+ \(data\) refused a connection from this host \(Unix socket\): "
     r"\[Errno 104\] Connection reset by peer",
     r"^\[proc \S+\] WARNING danaus\.actor: actor \S+ did not stop within 5 s; abandoned$",
-    r"^\[driver\] INFO danaus\.supervision: stopping proc mesh 'procs' skipped 1 lost member\(s\): ",
+    r"^\[driver\] INFO danaus\.supervision: "
+    r"stopping proc mesh 'procs' skipped 1 lost member\(s\): ",
 )
 """What the page says the example's standard error may hold."""
 

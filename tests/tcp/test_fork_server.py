@@ -63,21 +63,29 @@ def test_procs_are_forked_by_one_server_and_see_a_changed_environment(tcp, monke
     assert second.parent.call_one().get(timeout=30) == os.getpid()
 
 
-def test_a_changed_pytest_current_test_keeps_the_server_and_reaches_its_children(
-    tcp, monkeypatch
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("PYTEST_CURRENT_TEST", "tests/x.py::test_other (call)"),
+        # torch sets it when its compiler's configuration loads (the tensor engine makes it)
+        ("TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor_test"),
+    ],
+)
+def test_a_changed_volatile_variable_keeps_the_server_and_reaches_its_children(
+    tcp, monkeypatch, name, value
 ):
     tcp()
+    monkeypatch.delenv(name, raising=False)
     first = this_host().spawn_procs({"w": 1}).spawn("p", Process)
     server = first.parent.call_one().get(timeout=30)
-    monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/x.py::test_other (call)")
+    monkeypatch.setenv(name, value)
     second = this_host().spawn_procs({"w": 1}).spawn("p", Process)
     assert second.parent.call_one().get(timeout=30) == server
-    variable = second.variable.call_one("PYTEST_CURRENT_TEST").get(timeout=30)
-    assert variable == "tests/x.py::test_other (call)"
-    monkeypatch.delenv("PYTEST_CURRENT_TEST")
+    assert second.variable.call_one(name).get(timeout=30) == value
+    monkeypatch.delenv(name)
     third = this_host().spawn_procs({"w": 1}).spawn("p", Process)
     assert third.parent.call_one().get(timeout=30) == server
-    assert third.variable.call_one("PYTEST_CURRENT_TEST").get(timeout=30) is None
+    assert third.variable.call_one(name).get(timeout=30) is None
 
 
 def test_preloaded_modules_are_imported_by_the_server_before_it_forks(tcp):
@@ -210,6 +218,35 @@ def test_worlds_made_one_after_another_fork_from_one_server_which_ends_with_the_
     first, second = map(int, result.stdout.split("servers", 1)[1].split())
     assert first == second, "the second world started a fork server of its own"
     wait_until(lambda: not os.path.exists(f"/proc/{first}"), 10, "the fork server to end")
+
+
+AHEAD = """
+import os
+import psutil
+from danaus import Actor, endpoint, this_host
+from danaus.transports.tcp.forkserver import SERVER_MODULE
+
+class Parent(Actor):
+    @endpoint
+    def parent(self) -> int:
+        return os.getppid()
+
+host = this_host()
+ahead = [child.pid for child in psutil.Process().children() if SERVER_MODULE in child.cmdline()]
+print("ahead", *ahead, flush=True)
+print("forked by", host.spawn_procs().spawn("p", Parent).parent.call_one().get(timeout=30))
+"""
+
+
+def test_the_controller_starts_its_fork_server_with_its_world_and_forks_its_first_procs_there(
+    tmp_path,
+):
+    """The server's imports run while the program goes on, not after its first ``spawn_procs``."""
+    result = run_script(AHEAD, tmp_path)
+    assert result.returncode == 0, result.stderr
+    ahead = result.stdout.split("ahead", 1)[1].split("forked by")[0].split()
+    assert len(ahead) == 1, "no fork server was started with the world"
+    assert int(result.stdout.split("forked by", 1)[1]) == int(ahead[0])
 
 
 def test_procs_set_up_their_allocator_unless_their_environment_says_otherwise(tcp, monkeypatch):

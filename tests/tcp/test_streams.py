@@ -12,11 +12,13 @@ import socket
 import struct
 import threading
 import time
+import tracemalloc
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from danaus.core import serialize
 from danaus.transports import challenge
 from danaus.transports.tcp import ring
 from danaus.transports.tcp.buffers import BufferCache, allocate
@@ -531,6 +533,34 @@ def test_a_kept_buffer_is_filled_again_only_once_nothing_refers_to_it():
     assert id(cache.allocate(64 * MiB).obj) == buffer
     assert cache.allocate(300 * MiB).nbytes == 300 * MiB
     assert cache.allocate(10).nbytes == 10
+
+
+def test_received_bytes_are_filled_again_only_once_nothing_refers_to_them():
+    """A large ``bytes`` argument arrives in storage the connection keeps: the next one of its
+    size is received into it, with no new memory, once the program has let go of it."""
+    cache = BufferCache(256 * MiB)
+
+    def receive(value: bytes) -> bytes:
+        pickle, frame = serialize.dumps(value)
+        (storage,) = cache.frames([len(frame)])
+        storage[:] = frame
+        return serialize.loads([pickle, storage])
+
+    first = receive(b"a" * (4 * MiB))
+    assert hash(first) == hash(b"a" * (4 * MiB))
+    second = receive(b"b" * (4 * MiB))
+    assert first == b"a" * (4 * MiB), "bytes the program holds were filled again"
+    del first
+    value = b"c" * (4 * MiB)
+    tracemalloc.start()
+    try:
+        third = receive(value)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < MiB, "the free kept bytes were not filled again"
+    assert third == b"c" * (4 * MiB) and second == b"b" * (4 * MiB)
+    assert hash(third) == hash(b"c" * (4 * MiB)), "the old value's hash was kept"
 
 
 def test_other_threads_run_while_a_large_buffer_is_mapped():

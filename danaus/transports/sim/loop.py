@@ -27,6 +27,8 @@ replays the same on this loop as it did on earlier versions of it:
 Code that blocks inside a callback can run the loop on (`run_nested`): a
 blocking wait outside Danaus, such as ``time.sleep`` in async code, lets the
 rest of the simulated world go on meanwhile, as it would on a real cluster.
+A thread that stops (`hold_back`) is the same from outside: its callbacks
+wait, the others run.
 
 When the loop would wait with no timer and no simulation event left, nothing
 can ever happen again: it raises `SimulationStalled` instead of hanging. Past
@@ -201,6 +203,8 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
         self._hold: Callable[[Handle], bool] | None = None
         """While a callback runs the loop on (`run_nested`): which callbacks must wait for it."""
         self._held: list[Handle] = []
+        self._held_back: list[tuple[Callable[[Handle], bool], list[Handle]]] = []
+        """The callbacks of stopped threads (`hold_back`): which, and those waiting."""
         self._ready: deque[Handle] = deque()
         self._timers: list[tuple[float, TimerHandle]] = []
         """A heap of ``(when, handle)``: times compare in C, faster than handles would."""
@@ -377,7 +381,7 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
             ready.extend(first)
             ready.extend(later)
             count = len(first)
-        hold = self._hold
+        keep = self._keep if self._hold is not None or self._held_back else None
         popleft = ready.popleft
         for _ in range(count):
             if not ready:  # a callback ran the loop on, and with it the rest of this batch
@@ -385,8 +389,7 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
             handle = popleft()
             if handle._cancelled:
                 continue
-            if hold is not None and hold(handle):
-                self._held.append(handle)
+            if keep is not None and keep(handle):
                 continue
             try:
                 handle._context.run(handle._callback, *handle._args)
@@ -397,6 +400,31 @@ class VirtualTimeLoop(asyncio.AbstractEventLoop):
 
         if self._watches:
             self._check_watches()
+
+    def _keep(self, handle: Handle) -> bool:
+        """Keep ``handle`` back if it is a stopped thread's, or must wait for a blocked one
+        (`run_nested`); whether it was kept."""
+        for which, held in self._held_back:
+            if which(handle):
+                held.append(handle)
+                return True
+        if self._hold is not None and self._hold(handle):
+            self._held.append(handle)
+            return True
+        return False
+
+    def hold_back(self, which: Callable[[Handle], bool]) -> Callable[[], None]:
+        """Hold back every callback for which ``which(handle)`` is true, as those of a stopped
+        thread, until the returned release is called; they then run first, in their order."""
+        entry: tuple[Callable[[Handle], bool], list[Handle]] = (which, [])
+        self._held_back.append(entry)
+
+        def release() -> None:
+            if any(each is entry for each in self._held_back):
+                self._held_back = [each for each in self._held_back if each is not entry]
+                self._ready.extendleft(reversed(entry[1]))
+
+        return release
 
     def _a_watch_holds(self) -> bool:
         return any(not f.done() and condition() for f, condition in self._watches.items())

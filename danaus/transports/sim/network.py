@@ -20,9 +20,15 @@ mostly arrive in the order it served them).
 Faults change the model while they last: extra latency and jitter on a link,
 a link that holds its traffic (a clog, or one direction of a partition: TCP
 keeps retrying, so what was sent arrives once the link heals), a slower NIC,
-a slow proc. A proc cut off from the controller's host for longer than the
-heartbeat timeout is declared lost, as the controller's failure detector
-would declare it; so is a paused proc.
+a slow proc, a slow CPU. A proc cut off from the controller's host for longer
+than the heartbeat timeout is declared lost, as the controller's failure
+detector would declare it; so is a paused proc.
+
+Handling a message costs a proc no time in the model (what it costs is part
+of ``per_message``), except on a proc whose CPU a fault slowed by a factor:
+there each message waits for the proc's CPU, another FIFO single server, and
+occupies it for ``(factor - 1) * handling`` seconds, so that a burst queues
+up as it would behind a slow CPU.
 """
 
 from __future__ import annotations
@@ -71,6 +77,8 @@ class NetworkModel:
     spawn_time: float = 0.05
     detect_crash: float = 1e-3
     heartbeat_timeout: float = 3.0
+    handling: float = 50e-6
+    """Seconds of a proc's CPU that handling one message takes, as a slowed CPU counts them."""
 
 
 REQUEST_BYTES = 64
@@ -91,6 +99,18 @@ class _Queue:
     def __init__(self) -> None:
         self.free_at = 0.0
         self.lane = Lane()
+
+
+class _Cpu:
+    """A proc's CPU while a fault slows it: a FIFO single server of the messages it handles."""
+
+    __slots__ = ("cost", "factor", "free_at")
+
+    def __init__(self) -> None:
+        self.factor = 1.0
+        self.cost = 0.0
+        """Seconds each message occupies it: ``(factor - 1) * handling``."""
+        self.free_at = 0.0
 
 
 class _Host:
@@ -198,6 +218,7 @@ class SimTransport(Transport):
     """A simulated proc's endpoint on the `SimNetwork` (in slots: every message reads some)."""
 
     __slots__ = (
+        "cpu",
         "held_in",
         "held_out",
         "host",
@@ -233,6 +254,8 @@ class SimTransport(Transport):
         self.on_loss: LossHandler | None = None
         self.pauses = 0
         self.slowness = 0.0
+        self.cpu: _Cpu | None = None
+        """Its CPU, once a fault has slowed it (None: handling costs nothing)."""
         self.held_in: list[_Message] = []
         self.held_out: list[_Message] = []
 
@@ -388,6 +411,22 @@ class SimNetwork:
 
         return heal
 
+    def slow_cpu(self, proc: str, factor: float) -> Heal:
+        """``proc``'s CPU runs ``factor`` (>= 1) times slower: each message sent to it from now
+        on waits for the CPU, then takes ``(factor - 1) * handling`` seconds longer."""
+        endpoint = self.endpoints[proc]
+        cpu = endpoint.cpu
+        if cpu is None:
+            cpu = endpoint.cpu = _Cpu()
+        handling = self.model.handling
+
+        def set_factor(new: float) -> None:
+            cpu.factor = new
+            cpu.cost = (new - 1.0) * handling
+
+        set_factor(cpu.factor * factor)
+        return lambda: set_factor(cpu.factor / factor)
+
     def bandwidth(self, host: str, factor: float) -> Heal:
         """``host``'s NIC runs at ``factor`` (> 0) of its bandwidth."""
         nic = self.hosts[host]
@@ -542,6 +581,12 @@ class SimNetwork:
             arrival += slowness
         if self.extra_delay is not None:
             arrival += self.extra_delay()
+        cpu = receiver.cpu
+        if cpu is not None and message.deliver is None:  # one-sided RDMA spares the CPU
+            if arrival < cpu.free_at:
+                arrival = cpu.free_at
+            arrival += cpu.cost
+            cpu.free_at = arrival
         if arrival < route.last:
             arrival = route.last
         route.last = arrival

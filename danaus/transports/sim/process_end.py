@@ -157,7 +157,7 @@ def running_as(world: SimWorld, proc: str) -> Iterator[None]:
         _bootstrapping.reset(token)
 
 
-def _caller() -> tuple[SimWorld, str] | None:
+def running_proc() -> tuple[SimWorld, str] | None:
     """The running world and simulated proc of the code calling, or None if it is none: an
     actor's, or a proc's bootstrap function."""
     bootstrapping = _bootstrapping.get()
@@ -180,7 +180,7 @@ def _end(world: SimWorld, proc: str, call: str, reason: str, **details: int) -> 
 
 def _exit(code: int) -> NoReturn:
     """``os._exit`` (see the module docstring)."""
-    caller = _caller()
+    caller = running_proc()
     if caller is None:
         return _standard["_exit"](code)  # type: ignore[no-any-return]
     _end(*caller, f"os._exit({code})", "exited", exit_code=int(code))
@@ -188,7 +188,7 @@ def _exit(code: int) -> NoReturn:
 
 def _abort() -> NoReturn:
     """``os.abort`` (see the module docstring)."""
-    caller = _caller()
+    caller = running_proc()
     if caller is None:
         return _standard["abort"]()  # type: ignore[no-any-return]
     _end(*caller, "os.abort()", "was killed", signal=int(signal.SIGABRT))
@@ -196,7 +196,7 @@ def _abort() -> NoReturn:
 
 def _getpid() -> int:
     """``os.getpid`` (see the module docstring)."""
-    caller = _caller()
+    caller = running_proc()
     if caller is None:
         return _standard["getpid"]()  # type: ignore[no-any-return]
     world, proc = caller
@@ -216,7 +216,7 @@ def _world_here(caller: tuple[SimWorld, str] | None) -> SimWorld | None:
 
 def _kill(pid: int, sig: int) -> None:
     """``os.kill`` (see the module docstring)."""
-    caller = _caller()
+    caller = running_proc()
     world = _world_here(caller)
     proc = world.proc_of_pid(pid) if world is not None and isinstance(pid, int) else None
     if world is None or proc is None:
@@ -231,7 +231,7 @@ def _kill(pid: int, sig: int) -> None:
 
 def _raise_signal(sig: int) -> None:
     """``signal.raise_signal`` (see the module docstring)."""
-    caller = _caller()
+    caller = running_proc()
     if caller is None:
         _standard["raise_signal"](sig)
         return

@@ -28,11 +28,12 @@ from danaus.core.serialize import loads
 from danaus.core.trace import Trace
 from danaus.core.transport import ROOT, ActorRunner, Launcher, ProcSpec, World
 from danaus.core.waits import describe_waits
-from danaus.transports.sim import outside_waits, process_end
+from danaus.transports.sim import clocks, outside_waits, process_end
 from danaus.transports.sim.collector import CollectorTuning
 from danaus.transports.sim.loop import Handle, VirtualTimeLoop
 from danaus.transports.sim.network import LIVE, NetworkModel, SimNetwork
 from danaus.transports.sim.schedule import Exploration, owner_of, seed_from_environment
+from danaus.transports.sim.threads import StoppedThreads
 from danaus.transports.sim.timeline import Timeline
 
 log = logging.getLogger("danaus.sim")
@@ -82,6 +83,7 @@ class SimFaults(Faults):
     """Every fault, applied exactly on the simulated network and procs."""
 
     network_faults = frozenset(("slow", "bandwidth", "delay", "clog", "partition", "isolate"))
+    timing_faults = frozenset(("clock_jump", "slow_cpu", "pause_thread"))
 
     def __init__(self, world: SimWorld) -> None:
         self._world = world
@@ -104,6 +106,15 @@ class SimFaults(Faults):
 
     def bandwidth(self, host: str, factor: float) -> Heal:
         return self._network.bandwidth(host, factor)
+
+    def clock_jump(self, proc: str, seconds: float) -> Heal:
+        return self._world.clocks.jump(proc, seconds)
+
+    def slow_cpu(self, proc: str, factor: float) -> Heal:
+        return self._network.slow_cpu(proc, factor)
+
+    def pause_thread(self, proc: str, actor: int) -> Heal:
+        return self._world.threads.stop(proc, actor)
 
     def delay(self, a: str, b: str, seconds: float) -> Heal:
         return healing_all(self._network.delay(src, dst, seconds) for src, dst in ((a, b), (b, a)))
@@ -146,8 +157,9 @@ class SimWorld(World):
     While the world runs, the global `random` module is seeded with ``seed``, so
     user code that draws from it replays exactly, and the garbage collector
     runs less often (`collector`); both are as they were again after shutdown.
-    Waits outside Danaus on its thread run it on virtual time (`outside_waits`), and
-    an actor that ends its own process ends only its proc (`process_end`).
+    Waits outside Danaus on its thread run it on virtual time (`outside_waits`),
+    an actor that ends its own process ends only its proc (`process_end`), and
+    the code of each proc reads its own clocks (`clocks`).
     ``schedule_seed`` (by default ``DANAUS_SCHEDULE_SEED``, else 0) picks the
     interleaving explored (`schedule`); 0 perturbs nothing.
     When ``DANAUS_TRACE_DIR`` is set, the world writes its trace there at shutdown.
@@ -203,6 +215,8 @@ class SimWorld(World):
             exploration = Exploration(self.schedule_seed)
             self.loop.schedule = exploration
             self.network.extra_delay = exploration.delay
+        self.clocks = clocks.ProcClocks(self.timeline)
+        self.threads = StoppedThreads(self)
         self.faults = SimFaults(self)
         self._aborted = False
         self.launcher = SimLauncher(self)
@@ -223,6 +237,7 @@ class SimWorld(World):
         self.network.controller_host = self._hosts[0]
         outside_waits.attach(self)
         process_end.attach(self)
+        clocks.attach(self)
 
     @property
     def root(self) -> Runtime:
@@ -268,6 +283,7 @@ class SimWorld(World):
     def halt(self, proc: str) -> None:
         """End proc ``proc`` (its actors were stopped first, or are abandoned)."""
         runtime = self.procs.pop(proc, None)
+        self.threads.proc_ended(proc)
         if runtime is not None:
             runtime.close()
 
@@ -399,6 +415,7 @@ class SimWorld(World):
             self._collector.restore()
             outside_waits.detach(self)
             process_end.detach(self)
+            clocks.detach(self)
         self._write_trace()
         if close_loop:
             self.loop.close()

@@ -29,7 +29,12 @@ A launcher that closes with every child it forked reported gone gives its
 server back to `POOL`, and the next launcher of the process for the same
 transport, environment and preloads takes it instead of starting one: a program
 (a test suite) that makes one world after another pays the server's imports
-once. Environments are compared without the `VOLATILE` variables, which a test
+once. A controller starts its server as it makes its world (`ForkServerPool.ahead`),
+not at its first launch: the server's imports (about 0.2 s of CPU for tcp) then
+run beside the controller's own setting up and its program, not between its
+first ``spawn_procs`` and its procs.
+
+Environments are compared without the `VOLATILE` variables, which a test
 runner changes for every test; a child is given the launcher's values of those.
 
 ``preload`` names modules the server imports as well (the job's ``preload``
@@ -75,11 +80,13 @@ PRELOAD = (
     "danaus.transports.tcp.output",
 )
 """What every worker imports before it serves its proc (the transport's own package too)."""
-VOLATILE = frozenset({"PYTEST_CURRENT_TEST", "UCX_NET_DEVICES"})
+VOLATILE = frozenset({"PYTEST_CURRENT_TEST", "UCX_NET_DEVICES", "TORCHINDUCTOR_CACHE_DIR"})
 """Variables that change while a program runs and that no module reads when imported: pytest
 sets the first for each test, the ucx transport the second for each job (the device of the
-address it binds), which UCX reads only when a proc makes its context. A server started
-under other values still fits."""
+address it binds), which UCX reads only when a proc makes its context, and torch the third
+when its compiler's configuration loads (as the tensor engine's first operator on meta tensors
+makes it do), which torch reads only when it compiles. A server started under other values
+still fits."""
 MAX_REQUEST = 64 * 1024
 """Bytes of a request for a child, at most (its `VOLATILE` values)."""
 
@@ -250,6 +257,18 @@ class ForkServerPool:
                     server.close()
                     break
         return ForkServer(transport, preload)
+
+    def ahead(self, transport: str, preload: Sequence[str] = ()) -> None:
+        """Start a server for ``transport``, ``preload`` and this environment now, unless an
+        idle one serves them: the next launcher takes it with its imports done or under way.
+        """
+        with self._lock:
+            if any(server.serves(transport, preload) for server in self._idle):
+                return
+        try:
+            self.give_back(ForkServer(transport, preload))
+        except OSError:
+            return  # the first launch tries again, and says why it cannot
 
     def give_back(self, server: ForkServer) -> None:
         """Keep ``server`` for a later launcher (its last one has no child of it left)."""

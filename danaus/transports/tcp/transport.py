@@ -102,6 +102,7 @@ class TcpTransport(Transport):
         )
         self.data = self._data_plane(bind_host)
         self.address = control.Address(self.router.last_endpoint.decode(), self.data.address)
+        self.host_address = bind_host
 
     def _data_plane(self, bind_host: str) -> Any:
         """The plane that carries core messages: TCP connections of their own."""

@@ -51,7 +51,7 @@ from danaus.transports.tcp import control, hostlink, jobkey
 from danaus.transports.tcp.bootstrap import Bootstrap, search_path
 from danaus.transports.tcp.directory import Directory
 from danaus.transports.tcp.faults import SignalFaults
-from danaus.transports.tcp.forkserver import preload_from
+from danaus.transports.tcp.forkserver import POOL, preload_from
 from danaus.transports.tcp.ioloop import IoLoop, settler
 from danaus.transports.tcp.launcher import STDOUT, LocalLauncher, Registry, default_command
 from danaus.transports.tcp.limits import Limits
@@ -238,6 +238,9 @@ class TcpWorld(World):
         for what they wait for before they sleep (`danaus.core.awake`). ``limits``
         are the options of `Limits.from_options`.
         """
+        workers = workers_from(workers)
+        if not workers:
+            POOL.ahead(cls.name, preload_from(preload))
         # What only a controller runs is imported here, off a worker's start-up.
         from danaus.admin.service import AdminService
         from danaus.transports.tcp.admin import AdminSocket
@@ -245,7 +248,6 @@ class TcpWorld(World):
 
         trace_files = tracing.destinations(trace)
         bind_host = bind_host_from(bind_host)
-        workers = workers_from(workers)
         plan = attach_plan(workers, job_key, bind_host) if workers else None
         job_hosts = [f"hosts.{i}" for i in range(len(workers))]
         world = cls(
