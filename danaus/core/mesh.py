@@ -192,7 +192,7 @@ class HostMesh(_Mesh):
         owner = _caller()
         runtime = owner._runtime
         count = extent.nelements
-        limit = runtime.world.max_procs_per_host
+        limit = runtime.world.options.max_procs_per_host
         if count > limit:
             raise ValueError(
                 f"spawn_procs asks for {count} procs per host, more than the {limit} a host "

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from danaus.core import serialize
+from danaus.core.settings import ENVELOPE_ROOM, Limits, MiB
 from danaus.transports import challenge
 from danaus.transports.tcp import ring
 from danaus.transports.tcp.buffers import BufferCache, allocate
-from danaus.transports.tcp.limits import ENVELOPE_ROOM, Limits, MiB
 from danaus.transports.tcp.records import LENGTH, RING_RECORD
 from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.tcp.security import JobKeys

@@ -46,11 +46,11 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from danaus.core.settings import Limits
 from danaus.transports import challenge
 from danaus.transports.deadlines import within
 from danaus.transports.tcp import ring
 from danaus.transports.tcp.buffers import BufferCache, allocate
-from danaus.transports.tcp.limits import Limits
 from danaus.transports.tcp.records import (
     LENGTH,
     RING_RECORD,

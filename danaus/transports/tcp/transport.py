@@ -26,6 +26,7 @@ import zmq
 
 from danaus.core.errors import MessageTooLargeError
 from danaus.core.serialize import Buffer
+from danaus.core.settings import Limits
 from danaus.core.transport import (
     ROOT,
     FrameHandler,
@@ -41,7 +42,6 @@ from danaus.transports.tcp import control
 from danaus.transports.tcp.control import CONTROL, DATA
 from danaus.transports.tcp.handshakes import HandshakeMonitor
 from danaus.transports.tcp.ioloop import IoLoop, Settle, settler
-from danaus.transports.tcp.limits import Limits
 from danaus.transports.tcp.memory import MEMORY, MemoryService
 from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.tcp.security import JobKeys

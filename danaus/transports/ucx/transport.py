@@ -22,6 +22,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
+from danaus.core import config
 from danaus.core.blocking import discard_outcome
 from danaus.core.transport import Memory, MemoryHandle, ProcLoss, memory_owner_lost
 from danaus.transports.tcp.ioloop import Settle, settler
@@ -48,7 +49,7 @@ class UcxTransport(TcpTransport):
 
     def __init__(self, *args: Any, bind_host: str, **kwargs: Any) -> None:
         restrict_to(bind_host)  # now: UCX and the one-sided worker start later, on demand
-        self._bulk_routes = bulk_routes(os.environ)
+        self._bulk_routes = bulk_routes(config.setting("ucx_bulk"), os.environ)
         self._bind_host = bind_host
         self._memory_lock = threading.Lock()
         self._memory_ready = False

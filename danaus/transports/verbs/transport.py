@@ -24,16 +24,17 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from danaus.core import config
 from danaus.core.rdma import Memory
 from danaus.core.transport import ROOT, MemoryHandle, ProcLoss, memory_owner_lost
 from danaus.transports.tcp.ioloop import settler
 from danaus.transports.tcp.memory import MEMORY
 from danaus.transports.tcp.transport import TcpTransport
 from danaus.transports.verbs import providers, setup
+from danaus.transports.verbs.device import Timeouts
 from danaus.transports.verbs.memory import Operation, VerbsHandle
 from danaus.transports.verbs.plane import VerbsPlane
 from danaus.transports.verbs.registrations import Registrations
-from danaus.transports.verbs.settings import Settings
 
 log = logging.getLogger("danaus.verbs")
 
@@ -45,19 +46,19 @@ class VerbsTransport(TcpTransport):
     memory_one_sided = True
 
     def _data_plane(self, bind_host: str) -> VerbsPlane:
-        """Open the device the environment names (`danaus.transports.verbs.settings`)."""
-        settings = Settings.from_environment()
+        """Open the device this process's settings name (`danaus.transports.verbs.providers`)."""
+        settings = config.settings()
         device = providers.open_device(settings)
         self.memory_devices = device.memory_kinds
         registrations = Registrations(
-            device, settings.cache_bytes, providers.gpu_registrar(settings)
+            device, settings.verbs_cache_bytes, providers.gpu_registrar(settings)
         )
         return VerbsPlane(
             self.proc_id,
             self.io,
             device,
             registrations,
-            settings.timeouts,
+            Timeouts(settings.verbs_timeout, settings.verbs_retry_count),
             self.limits,
             self._from_plane,
             self._send_setup,
