@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from danaus.core.runtime import Runtime
     from danaus.core.wire import Call, PortRef
 
+
 class Observer:
     """What instrumentation is told; every method does nothing here."""
 

@@ -457,6 +457,7 @@ class LocalLauncher(Launcher):
             del child.stderr_tail[:-STDERR_TAIL]
         self._output[stream].write(child.spec.proc_id, text)
 
+
 def _hand_over(stdin: IO[bytes], bootstrap: Bootstrap) -> None:
     """Write a watched child's bootstrap: it can register only then, so the launcher knows
     it by the time it does (a signal held for it until then reaches it).

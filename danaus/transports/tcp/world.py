@@ -99,6 +99,7 @@ class TcpWorld(World):
 
     name = "tcp"
     transport_class: type[TcpTransport] = TcpTransport
+    launcher: LocalLauncher
 
     def __init__(
         self,

@@ -77,9 +77,7 @@ def ucx_may_use_rdma(environ: Mapping[str, str], devices: Path = RDMA_DEVICES) -
     return any(name not in _WITHOUT_RDMA for name in names)
 
 
-def bulk_routes(
-    bulk: str, environ: Mapping[str, str], devices: Path = RDMA_DEVICES
-) -> BulkRoutes:
+def bulk_routes(bulk: str, environ: Mapping[str, str], devices: Path = RDMA_DEVICES) -> BulkRoutes:
     """The routes of this proc's large messages, as its ``ucx_bulk`` setting (``bulk``: ``auto``
     or ``ucx``), its environment's ``UCX_TLS`` and the host's devices make them."""
     if bulk == "ucx":

@@ -46,6 +46,7 @@ class UcxTransport(TcpTransport):
     """TcpTransport whose data plane is UCX, with one-sided RDMA where the library is at hand."""
 
     memory_backend = "ucx"
+    data: SplitPlane
 
     def __init__(self, *args: Any, bind_host: str, **kwargs: Any) -> None:
         restrict_to(bind_host)  # now: UCX and the one-sided worker start later, on demand
@@ -188,7 +189,7 @@ class UcxTransport(TcpTransport):
         settle: Settle,
     ) -> None:
         assert self.one_sided is not None
-        loss = self._lost.get(handle.owner)
+        loss = self.peers.lost.get(handle.owner)
         if loss is not None:
             settle(memory_owner_lost(loss))
         else:
@@ -211,7 +212,7 @@ class UcxTransport(TcpTransport):
         super()._memory_message(src, frames)
 
     def _peer_lost(self, loss: ProcLoss) -> None:
-        known = loss.proc in self._lost
+        known = loss.proc in self.peers.lost
         super()._peer_lost(loss)
         one_sided = self._started_one_sided()
         if not known and one_sided is not None:

@@ -104,7 +104,7 @@ class VerbsPlane:
         """Queue ``message`` (kind frame first) for ``dest``."""
         self.context.io.call_soon(self._send, dest, message)
 
-    def resolved(self, dest: str, address: str) -> None:
+    def resolved(self, dest: str) -> None:
         """Peers are reached by the endpoints they offer, not by their published address."""
 
     def forget(self, dest: str) -> None:

@@ -44,6 +44,7 @@ class VerbsTransport(TcpTransport):
 
     memory_backend = "verbs"
     memory_one_sided = True
+    data: VerbsPlane
 
     def _data_plane(self, bind_host: str) -> VerbsPlane:
         """Open the device this process's settings name (`danaus.transports.verbs.providers`)."""
@@ -105,8 +106,8 @@ class VerbsTransport(TcpTransport):
                 operation.settle(exc)
             else:
                 operation.settle(None)
-        elif owner in self._lost:
-            operation.settle(memory_owner_lost(self._lost[owner]))
+        elif owner in self.peers.lost:
+            operation.settle(memory_owner_lost(self.peers.lost[owner]))
         else:
             self.data.start_operation(operation)
 
@@ -138,6 +139,6 @@ class VerbsTransport(TcpTransport):
             self._peer_lost(ProcLoss(peer, f"is unreachable over its queue pair: {reason}"))
 
     def _peer_lost(self, loss: ProcLoss) -> None:
-        if loss.proc not in self._lost:
+        if loss.proc not in self.peers.lost:
             self.data.lost(loss)
         super()._peer_lost(loss)
