@@ -136,7 +136,7 @@ def network_devices(bind_host: str) -> str:
 def available(proc: str, io: IoLoop, bind_host: str) -> tuple[OneSidedMemory | None, str]:
     """This process's one-sided memory, or None and why there is none."""
     if not config.setting("ucx_rma"):
-        return None, f"one-sided transfers are turned off (ucx_rma, {variable('ucx_rma')})"
+        return None, f"one-sided transfers are turned off ({variable('ucx_rma')}=off)"
     from danaus.transports.ucx import rma_build  # not at import: it also runs as a script
 
     try:
