@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import inspect
 import math
+from collections.abc import Collection
 from pathlib import Path
 
 import msgspec
@@ -157,9 +158,23 @@ def test_the_reference_gives_each_field_its_variable():
             assert f"``{variable(field)}``" in doc, field
 
 
-def _reads_a_danaus_variable(node: ast.AST) -> bool:
+def _danaus_names(tree: ast.AST) -> set[str]:
+    """The names a module binds to a ``DANAUS_`` string (``KEY_ENV = "DANAUS_KEY"``)."""
+    return {
+        target.id
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        and isinstance(node.value, ast.Constant)
+        and str(node.value.value).startswith("DANAUS_")
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name)
+    }
+
+
+def _reads_a_danaus_variable(node: ast.AST, names: Collection[str] = ()) -> bool:
     """Whether ``node`` reads the environment (``os.environ.get``, ``os.environ[...]``,
-    ``os.getenv``) for a name that is a ``DANAUS_`` string or made by ``variable()``."""
+    ``os.getenv``) for a name that is a ``DANAUS_`` string, one of ``names`` (bound to one)
+    or made by ``variable()``."""
     if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(("environ.get", "getenv")):
         key = node.args[0] if node.args else None
     elif (
@@ -171,18 +186,24 @@ def _reads_a_danaus_variable(node: ast.AST) -> bool:
     else:
         return False
     text = ast.unparse(key) if key is not None else ""
-    return "DANAUS_" in text or text.startswith("variable(")
+    return "DANAUS_" in text or text.startswith("variable(") or text in names
+
+
+def _readers() -> set[str]:
+    readers = set()
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        names = _danaus_names(tree)
+        if any(_reads_a_danaus_variable(node, names) for node in ast.walk(tree)):
+            readers.add(str(path.relative_to(PACKAGE)))
+    return readers
 
 
 def test_no_module_but_the_settings_reads_a_danaus_variable():
-    readers = {
-        str(path.relative_to(PACKAGE))
-        for path in PACKAGE.rglob("*.py")
-        if any(_reads_a_danaus_variable(n) for n in ast.walk(ast.parse(path.read_text())))
-    }
     # The package's import routes asyncio.run to the simulator under DANAUS_TRANSPORT=sim, the
-    # one thing it does at import; it must not raise there for a variable that is wrong.
-    assert readers == {"core/settings.py", "__init__.py"}
+    # one thing it does at import; it must not raise there for a variable that is wrong. A proc
+    # started with another Python learns which from its parent (`with_python`): not a setting.
+    assert _readers() == {"core/settings.py", "__init__.py", "core/bootstrap.py"}
 
 
 def test_the_checker_sees_the_ways_of_reading_a_variable():
@@ -194,6 +215,9 @@ def test_the_checker_sees_the_ways_of_reading_a_variable():
     ):
         assert _reads_a_danaus_variable(ast.parse(source).body[0].value)  # type: ignore[attr-defined]
     assert not _reads_a_danaus_variable(ast.parse("os.environ.get('HOME')").body[0].value)  # type: ignore[attr-defined]
+    tree = ast.parse("KEY = 'DANAUS_X'\nos.environ.get(KEY)")
+    assert _danaus_names(tree) == {"KEY"}
+    assert _reads_a_danaus_variable(tree.body[1].value, _danaus_names(tree))  # type: ignore[attr-defined]
 
 
 def test_settings_compare_and_replace_as_structs():
