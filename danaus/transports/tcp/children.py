@@ -11,23 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
-import psutil
-
 from danaus.core.transport import ProcSpec
 from danaus.transports.tcp import control
+from danaus.transports.tcp.activity import ProcessActivity
 from danaus.transports.tcp.ioloop import Settle
 
-IDLE_WINDOW = 1.0
-"""Seconds without a tick of CPU time after which a process that answers nothing is wedged."""
-_HALTED = frozenset(
-    {psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD}
-)
-"""Process states in which a proc does not run (paused, or ended and not yet reaped)."""
 STDOUT, STDERR = 1, 2
 
 
@@ -45,11 +37,10 @@ class Child:
     partial: dict[int, bytes] = field(default_factory=dict)
     exited: Settle | None = None
     """Settled once it has exited, after it was asked to (None: not asked)."""
-    cpu_seen: float = -1.0
-    """The CPU time the process had used when `Children.state` last saw it grow (-1: never
-    looked)."""
-    cpu_seen_at: float = 0.0
-    """When that was (``time.monotonic``)."""
+    activity: ProcessActivity = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.activity = ProcessActivity(self.pid)
 
     def outputs(self) -> tuple[tuple[IO[bytes], int], ...]:
         """The worker's stdout and stderr pipes, each with the stream it is copied to."""
@@ -87,35 +78,13 @@ class Children:
             self.kill(proc)
 
     def state(self, proc: str) -> control.ProcessState | None:
-        """What ``proc``'s process is doing; None if it is not one of these.
-
-        It runs if it exists, is not stopped, and uses CPU: a proc whose threads
-        are starved of the interpreter's lock (a long call into C that holds it,
-        a large import) answers no heartbeat meanwhile, yet runs; one that is
-        paused, or wedged with every thread asleep, uses none. The kernel counts
-        CPU time in ticks of 10 ms, so a process is taken to use none only once it
-        has gained no tick for `IDLE_WINDOW` seconds.
-        """
+        """What ``proc``'s process is doing (`ProcessActivity`); None if it is not one of these."""
         child = self._by_proc.get(proc)
         if child is None:
             return None
         if child.exited is not None:
             return "ending"
-        try:
-            process = psutil.Process(child.pid)
-            with process.oneshot():
-                status = process.status()
-                times = process.cpu_times()
-        except psutil.Error:
-            return "halted"
-        if status in _HALTED:
-            return "halted"
-        used = times.user + times.system
-        now = time.monotonic()
-        if used > child.cpu_seen:
-            child.cpu_seen, child.cpu_seen_at = used, now
-            return "runs"
-        return "halted" if now - child.cpu_seen_at >= IDLE_WINDOW else "runs"
+        return child.activity.state()
 
 
 Output = Callable[[int, str], None]

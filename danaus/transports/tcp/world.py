@@ -50,6 +50,7 @@ from danaus.core.trace import Trace
 from danaus.core.transport import ActorRunner, World
 from danaus.debug import hook
 from danaus.transports.tcp import control, hostlink, jobkey
+from danaus.transports.tcp.activity import ProcessActivity
 from danaus.transports.tcp.bootstrap import Bootstrap, search_path
 from danaus.transports.tcp.children import STDOUT, Children, Output
 from danaus.transports.tcp.directory import Directory
@@ -115,6 +116,7 @@ class TcpWorld(World):
         remote: bool = False,
         home_cpu: int | None = None,
         setup: list[bytes] | None = None,
+        controller_pid: int | None = None,
         admin_host: str | None = None,
         host_control: HostControl | None = None,
         trace_files: Sequence[str] = (),
@@ -208,6 +210,10 @@ class TcpWorld(World):
         """Seconds this proc's I/O thread has been awake since the controller's last heartbeat."""
         self._last_check = 0.0
         """When `_check_controller` last ran (``time.monotonic``)."""
+        self._controller_activity = (
+            ProcessActivity(controller_pid) if controller_pid is not None else None
+        )
+        """The controller's process, where this proc runs on its host and was started by it."""
         hook.install()
 
     def _controlling(self, admin_host: str | None, refusals: RefusalLog) -> Registry:
@@ -316,6 +322,8 @@ class TcpWorld(World):
             remote=boot.is_host_agent,
             home_cpu=boot.home_cpu,
             setup=boot.setup,
+            # A proc the controller started on its own host can see the controller's process.
+            controller_pid=boot.parent_pid if boot.host_agent == ROOT and not boot.remote else None,
         )
         world.io.start()
         return world
@@ -438,11 +446,17 @@ class TcpWorld(World):
         Silence is counted in time this thread was awake to hear: a check that
         runs late (another thread held the interpreter's lock, the host had no
         CPU to spare) counts for two intervals at most, since heartbeats that came
-        meanwhile may not be read yet.
+        meanwhile may not be read yet. On the controller's own host, an interval
+        in which the controller's process was seen running does not count: its
+        heartbeats wait for its interpreter's lock (held by a long import or call
+        into C), not for a process that is gone, paused or wedged.
         """
         now = time.monotonic()
-        self._silence += min(now - self._last_check, 2 * self.options.heartbeat_interval)
+        waited = min(now - self._last_check, 2 * self.options.heartbeat_interval)
         self._last_check = now
+        busy = self._controller_activity is not None and self._controller_activity.state() == "runs"
+        if not busy:
+            self._silence += waited
         if self._silence > self.options.heartbeat_timeout:
             log.error(
                 "proc %s: controller silent for %.1f s; exiting", self.proc_id, self._silence
