@@ -129,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         danaus.configure(transport=args.transport, **options)
         try:
             world = config.current_world()
-            fanout = getattr(world, "cast_fanout", None)
-            spin = getattr(world, "wait_spin_us", None)
+            fanout = world.options.cast_fanout
+            spin = None if args.transport == "sim" else world.options.wait_spin_us
             for line in _measure(args.transport, procs, args.casts, args.warmup):
                 row = {
                     "workload": line.pop("workload"),

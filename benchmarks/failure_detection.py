@@ -70,8 +70,8 @@ def main() -> None:
                 "hang_to_error_median_s": round(statistics.median(hung), 3),
                 "hang_to_error_max_s": round(max(hung), 3),
                 "hang_samples": len(hung),
-                "heartbeat_interval_s": getattr(world, "heartbeat_interval", None),
-                "heartbeat_timeout_s": getattr(world, "heartbeat_timeout", None),
+                "heartbeat_interval_s": world.options.heartbeat_interval,
+                "heartbeat_timeout_s": world.options.heartbeat_timeout,
             }
         )
     )

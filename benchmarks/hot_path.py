@@ -42,7 +42,9 @@ import msgspec
 
 import danaus
 from danaus import Actor, endpoint, this_host
-from danaus.core.awake import WAIT_SPIN_US
+from danaus.core.settings import JobOptions
+
+WAIT_SPIN_US = JobOptions().wait_spin_us
 
 STAGES = (
     ("issue", "send-call", "the caller's proc encodes and sends the call"),

@@ -99,7 +99,7 @@ def main() -> None:
                 "max_s": round(max(times), 3),
                 "median_mb_per_s": round(data.nbytes / statistics.median(times) / 1e6, 1),
                 "longest_heartbeat_silence_s": round(silence.longest, 3),
-                "heartbeat_timeout_s": installed().heartbeat_timeout,
+                "heartbeat_timeout_s": installed().options.heartbeat_timeout,
                 "procs_alive_after": len(alive),
             }
         )

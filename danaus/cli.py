@@ -142,12 +142,13 @@ def _dashboard(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     import danaus
-    from danaus.tracing import ENVIRONMENT
+    from danaus.core.settings import variable
 
     if not os.path.isfile(args.script):
         raise UsageError(f"no such file: {args.script}")
     if args.trace:
-        os.environ[ENVIRONMENT] = os.pathsep.join(os.path.abspath(path) for path in args.trace)
+        traces = os.pathsep.join(os.path.abspath(path) for path in args.trace)
+        os.environ[variable("trace")] = traces
     sys.argv = [args.script, *args.args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
     try:

@@ -17,8 +17,9 @@ Exporters: ``"otlp"`` (OTLP over HTTP; the standard ``OTEL_EXPORTER_OTLP_*``
 variables say where), ``"console"`` (each process prints its spans and metrics
 to its stdout), or ``"memory"`` (kept in each process, read with `spans_here`;
 for tests). Worker processes inherit the choice through their environment
-(``DANAUS_OBSERVER``, ``DANAUS_OTEL_EXPORTER``), so procs started before
-``enable`` are not instrumented. With it off, a call pays one attribute test
+(the settings ``observer`` and ``otel_exporter``: ``DANAUS_OBSERVER``,
+``DANAUS_OTEL_EXPORTER``), so procs started before ``enable`` are not
+instrumented. With it off, a call pays one attribute test
 on each side.
 """
 
@@ -57,15 +58,14 @@ except ImportError as exc:  # pragma: no cover - depends on the installation
     ) from exc
 
 from danaus.core import config
-from danaus.core.observer import ENVIRONMENT as OBSERVER_ENVIRONMENT
 from danaus.core.observer import Observer
+from danaus.core.settings import variable
 
 if TYPE_CHECKING:
     from danaus.core.instance import Instance
     from danaus.core.runtime import Runtime
     from danaus.core.wire import Call, PortRef
 
-EXPORTER = "DANAUS_OTEL_EXPORTER"
 EXPORTERS = ("otlp", "console", "memory")
 METRIC_INTERVAL = 10.0
 """Seconds between metric exports (otlp and console)."""
@@ -216,13 +216,13 @@ def _made(exporter: str) -> OtelObserver:
 
 
 def observer() -> OtelObserver:
-    """This process's observer, made on first use from ``DANAUS_OTEL_EXPORTER`` (default otlp).
+    """This process's observer, made on first use for its ``otel_exporter`` setting.
 
-    What `danaus.core.observer.from_environment` calls in each new proc.
+    What `danaus.core.observer.from_settings` calls in each new proc.
     """
     global _process
     if _process is None:
-        _process = _made(os.environ.get(EXPORTER) or "otlp")
+        _process = _made(config.setting("otel_exporter"))
     return _process
 
 
@@ -248,8 +248,9 @@ def enable(
             meter_provider or metrics.get_meter_provider(),
         )
     _process = made
-    os.environ[OBSERVER_ENVIRONMENT] = __name__
-    os.environ[EXPORTER] = exporter
+    # The processes started from now on read these (their settings' observer and exporter).
+    os.environ[variable("observer")] = __name__
+    os.environ[variable("otel_exporter")] = exporter
     world = config.installed()
     if world is not None:
         for runtime in world.local_runtimes():
@@ -260,8 +261,8 @@ def enable(
 def disable() -> None:
     """Stop instrumenting: this process's procs, and procs started from now on."""
     global _process
-    os.environ.pop(OBSERVER_ENVIRONMENT, None)
-    os.environ.pop(EXPORTER, None)
+    os.environ.pop(variable("observer"), None)
+    os.environ.pop(variable("otel_exporter"), None)
     world = config.installed()
     if world is not None:
         for runtime in world.local_runtimes():

@@ -2,33 +2,34 @@
 
 A bar appears on standard error once the operation has lasted `DELAY` seconds,
 and only when standard error is a terminal: nothing is printed when output is
-redirected to a file or a pipe, or when ``DANAUS_PROGRESS=0``
-(``DANAUS_PROGRESS=1`` shows it anyway, at once). It disappears when the operation ends.
+redirected to a file or a pipe, or when the ``progress`` setting is False
+(``DANAUS_PROGRESS=0``); True (``DANAUS_PROGRESS=1``) shows it anyway, at once.
+It disappears when the operation ends.
 Safe to advance from any thread.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any
 
+from danaus.core import config
+
 if TYPE_CHECKING:
     from rich.progress import Progress as RichProgress
 
-ENVIRONMENT = "DANAUS_PROGRESS"
 DELAY = 1.0
 """Seconds an operation runs before its bar appears (quick ones never show one)."""
 
 
 def wanted(stream: IO[Any] | None = None) -> bool:
-    """Whether to show progress on ``stream`` (stderr): on a terminal, or as the variable says."""
-    setting = os.environ.get(ENVIRONMENT, "")
-    if setting in ("0", "1"):
-        return setting == "1"
+    """Whether to show progress on ``stream`` (stderr): on a terminal, or as the setting says."""
+    setting = config.setting("progress")
+    if setting is not None:
+        return bool(setting)
     stream = stream if stream is not None else sys.stderr
     try:
         return stream.isatty()
@@ -41,7 +42,7 @@ class Progress:
 
     def __init__(self, description: str, total: int, *, delay: float = DELAY) -> None:
         self._shown = wanted()
-        if os.environ.get(ENVIRONMENT) == "1":
+        if config.setting("progress"):
             delay = 0.0
         self._description = description
         self._total = total

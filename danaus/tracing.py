@@ -5,8 +5,8 @@ keeps its own, on its own clock: ``time.monotonic``, shared by the processes of
 one host). The controller gathers them: from each proc mesh as it stops
 (`danaus.core.agents.keep_traces`), and from the procs still alive at the end
 (`gather_events`). With ``trace="run.json"``, or ``DANAUS_TRACE=run.json`` in
-the environment (what ``danaus run --trace run.json script.py`` sets; several
-files separated by ``:``), the controller writes the whole trace there when it
+the environment (what ``danaus run --trace run.json script.py`` sets; either way
+several files separated by ``:``), the controller writes the whole trace there when it
 shuts down, in the form the file's name gives (`write`).
 """
 
@@ -27,19 +27,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("danaus.tracing")
 
-ENVIRONMENT = "DANAUS_TRACE"
 
-
-def destinations(option: bool | str | None) -> list[str]:
-    """Where a controller writes its trace: the ``trace`` option if a path, else the files the
-    environment names (separated by ``os.pathsep``).
-
-    ``trace=False`` records nothing and writes nothing, whatever the environment says.
-    """
-    if isinstance(option, str):
-        return [option]
-    if option is None:
-        return [path for path in os.environ.get(ENVIRONMENT, "").split(os.pathsep) if path]
+def destinations(trace: bool | str) -> list[str]:
+    """Where a controller writes its trace: the files its ``trace`` setting names, separated by
+    ``os.pathsep`` (none when it is True or False)."""
+    if isinstance(trace, str):
+        return [path for path in trace.split(os.pathsep) if path]
     return []
 
 

@@ -16,6 +16,7 @@ import socket
 import sys
 from pathlib import Path
 
+from danaus.core import config
 from danaus.core.attach import CA, Key, key_of
 from danaus.core.bootstrap import BootstrapCommand
 from danaus.transports.tcp import hostlink, jobkey
@@ -59,11 +60,12 @@ def run_worker_loop_forever(
             f"{address!r} would listen on every interface of this host; name the address "
             "of the one the job's controller reaches it on"
         )
-    keys = jobkey.resolve(key_of(key, ca))
+    settings = config.settings()
+    keys = jobkey.resolve(key_of(key, ca), settings)
     if not logging.getLogger().handlers:
         logging.basicConfig(
             stream=sys.stderr,
-            level=os.environ.get("DANAUS_LOG_LEVEL", "INFO"),
+            level=settings.log_level,
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         )
     run_worker_loop(

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
+from danaus.core import awake
 from danaus.core.actor_loop import ActorLoop
 from danaus.core.blocking import ActorThread
 
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.timeout(30)
 
 @pytest.fixture
 def loop():
-    running = ActorLoop()
+    running = ActorLoop(awake.SLEEP)
     thread = threading.Thread(target=running.run_forever, daemon=True)
     thread.start()
     yield running
@@ -83,7 +84,7 @@ def from_another_thread(fn: Callable[[], None]) -> None:
 
 
 def test_work_handed_over_just_before_the_loop_closes_still_runs_once():
-    runner = ActorThread("test-actor")
+    runner = ActorThread("test-actor", awake.SLEEP)
     ran: list[int] = []
     close = runner.loop.close
 
@@ -98,7 +99,7 @@ def test_work_handed_over_just_before_the_loop_closes_still_runs_once():
 
 
 def test_work_handed_over_after_the_loop_stopped_runs_on_its_thread():
-    runner = ActorThread("test-actor")
+    runner = ActorThread("test-actor", awake.SLEEP)
     ran_on: list[int] = []
     shut = runner.loop.shut
 

@@ -1,41 +1,44 @@
-"""Waiting awake: a proc's waits poll a while before they sleep, and an idle proc sleeps."""
+"""Waiting awake: a proc's waits poll a while before they sleep, and an idle proc sleeps.
+
+How long is each world's (the job's ``wait_spin_us``): nothing of it lives in the process."""
 
 from __future__ import annotations
 
 import os
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
 import danaus
 from danaus import Actor, endpoint, this_host
-from danaus.core import awake
+from danaus.core import awake, config
+from danaus.core.settings import MAX_WAIT_SPIN_US, JobOptions
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
-def spin(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """A process that polls for 50 ms; the list counts its yields between polls."""
-    yields = [0]
+def yields(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the yields between polls."""
+    counted = [0]
     real_yield = os.sched_yield
 
     def counted_yield() -> None:
-        yields[0] += 1
+        counted[0] += 1
         real_yield()
 
     monkeypatch.setattr(awake.os, "sched_yield", counted_yield)
     # These tests are about polling itself: a yield slowed by whatever else runs on the machine
     # must not pause it.
     monkeypatch.setattr(awake, "CONTENDED", float("inf"))
-    monkeypatch.setattr(awake, "_quiet_until", 0.0)
-    awake.keep_awake(0.05)
-    try:
-        yield yields
-    finally:
-        awake.keep_awake(0)
+    return counted
+
+
+@pytest.fixture
+def waits() -> awake.Waits:
+    """A proc's waits that poll for 50 ms."""
+    return awake.Waits(50_000)
 
 
 class _Lock:
@@ -54,28 +57,28 @@ class _Lock:
 
 
 def test_a_lock_released_while_the_waiter_polls_is_taken_without_sleeping(
-    spin: list[int],
+    waits: awake.Waits, yields: list[int]
 ) -> None:
     lock = _Lock()
-    assert awake.acquire(lock, 30)  # type: ignore[arg-type]
+    assert waits.acquire(lock, 30)  # type: ignore[arg-type]
     assert (lock.polls, lock.blocking_waits) == (2, 0)
-    assert spin[0] == 1
+    assert yields[0] == 1
 
 
-def test_a_wait_polls_then_sleeps_until_its_timeout(spin: list[int]) -> None:
+def test_a_wait_polls_then_sleeps_until_its_timeout(waits: awake.Waits, yields: list[int]) -> None:
     lock = threading.Lock()
     lock.acquire()
     start = time.monotonic()
-    assert not awake.acquire(lock, 0.2)
+    assert not waits.acquire(lock, 0.2)
     assert time.monotonic() - start >= 0.2
-    assert spin[0] > 0
+    assert yields[0] > 0
 
 
-def test_a_wait_shorter_than_the_spin_only_polls(spin: list[int]) -> None:
+def test_a_wait_shorter_than_the_spin_only_polls(waits: awake.Waits, yields: list[int]) -> None:
     lock = threading.Lock()
     lock.acquire()
-    assert not awake.acquire(lock, 0.01)
-    assert spin[0] > 0
+    assert not waits.acquire(lock, 0.01)
+    assert yields[0] > 0
 
 
 class _Clock:
@@ -108,27 +111,22 @@ def test_polling_pauses_while_the_cpu_is_wanted_elsewhere(
 
     monkeypatch.setattr(awake, "time", clock)
     monkeypatch.setattr(awake.os, "sched_yield", busy_yield)
-    monkeypatch.setattr(awake, "_quiet_until", 0.0)
-    monkeypatch.setattr(awake, "_backoff", awake.BACKOFF)
-    awake.keep_awake(0.05)
-    try:
-        lock = _NeverFree()
-        assert awake.acquire(lock, 30)  # type: ignore[arg-type]
-        assert len(yields) == 1  # the first late yield ends the poll
-        clock.now += awake.BACKOFF / 2
-        assert awake.acquire(lock, 30)  # type: ignore[arg-type]
-        assert len(yields) == 1  # paused: the wait sleeps at once
-        clock.now += awake.BACKOFF
-        assert awake.acquire(lock, 30)  # type: ignore[arg-type]
-        assert len(yields) == 2  # polls again, finds the CPU wanted again
-        clock.now += 1.5 * awake.BACKOFF
-        assert awake.acquire(lock, 30)  # type: ignore[arg-type]
-        assert len(yields) == 2  # the pause has doubled
-        clock.now += awake.BACKOFF
-        assert awake.acquire(lock, 30)  # type: ignore[arg-type]
-        assert len(yields) == 3
-    finally:
-        awake.keep_awake(0)
+    waits = awake.Waits(50_000)
+    lock = _NeverFree()
+    assert waits.acquire(lock, 30)  # type: ignore[arg-type]
+    assert len(yields) == 1  # the first late yield ends the poll
+    clock.now += awake.BACKOFF / 2
+    assert waits.acquire(lock, 30)  # type: ignore[arg-type]
+    assert len(yields) == 1  # paused: the wait sleeps at once
+    clock.now += awake.BACKOFF
+    assert waits.acquire(lock, 30)  # type: ignore[arg-type]
+    assert len(yields) == 2  # polls again, finds the CPU wanted again
+    clock.now += 1.5 * awake.BACKOFF
+    assert waits.acquire(lock, 30)  # type: ignore[arg-type]
+    assert len(yields) == 2  # the pause has doubled
+    clock.now += awake.BACKOFF
+    assert waits.acquire(lock, 30)  # type: ignore[arg-type]
+    assert len(yields) == 3
 
 
 def test_polling_resumes_at_full_length_once_yields_come_back_at_once(
@@ -144,64 +142,98 @@ def test_polling_resumes_at_full_length_once_yields_come_back_at_once(
 
     monkeypatch.setattr(awake, "time", clock)
     monkeypatch.setattr(awake.os, "sched_yield", yield_)
-    monkeypatch.setattr(awake, "_quiet_until", 0.0)
-    monkeypatch.setattr(awake, "_backoff", awake.BACKOFF)
-    awake.keep_awake(0.001)
-    try:
-        lock = _NeverFree()
-        awake.acquire(lock, 30)  # type: ignore[arg-type]
-        clock.now += 10 * awake.BACKOFF
-        busy[0] = False
-        awake.acquire(lock, 30)  # type: ignore[arg-type]
-        assert len(yields) > 100  # a whole spin of quick yields
-        assert awake._backoff == awake.BACKOFF
-    finally:
-        awake.keep_awake(0)
+    waits = awake.Waits(1000)
+    lock = _NeverFree()
+    waits.acquire(lock, 30)  # type: ignore[arg-type]
+    clock.now += 10 * awake.BACKOFF
+    busy[0] = False
+    waits.acquire(lock, 30)  # type: ignore[arg-type]
+    assert len(yields) > 100  # a whole spin of quick yields
+    assert waits._backoff == awake.BACKOFF
 
 
-def test_without_a_spin_a_wait_never_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_pause_is_the_waits_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Polling that paused in one world's waits goes on in another's: they share nothing."""
+    clock = _Clock()
+    yields: list[float] = []
+
+    def busy_yield() -> None:
+        yields.append(clock.now)
+        clock.now += 0.001
+
+    monkeypatch.setattr(awake, "time", clock)
+    monkeypatch.setattr(awake.os, "sched_yield", busy_yield)
+    paused, other = awake.Waits(50_000), awake.Waits(50_000)
+    paused.acquire(_NeverFree(), 30)  # type: ignore[arg-type]
+    paused.acquire(_NeverFree(), 30)  # type: ignore[arg-type]
+    assert len(yields) == 1
+    other.acquire(_NeverFree(), 30)  # type: ignore[arg-type]
+    assert len(yields) == 2
+
+
+@pytest.mark.parametrize("waits", [awake.Waits(0), awake.SLEEP])
+def test_without_a_spin_a_wait_never_polls(
+    monkeypatch: pytest.MonkeyPatch, waits: awake.Waits
+) -> None:
     monkeypatch.setattr(awake.os, "sched_yield", lambda: pytest.fail("polled"))
-    awake.keep_awake(0)
     lock = threading.Lock()
     lock.acquire()
-    assert not awake.acquire(lock, 0.01)
+    assert not waits.acquire(lock, 0.01)
     lock.release()
-    assert awake.acquire(lock)
+    assert waits.acquire(lock)
 
 
 def test_a_spin_cannot_be_negative() -> None:
     with pytest.raises(ValueError, match="cannot be negative"):
-        awake.keep_awake(-1)
+        awake.Waits(-1)
 
 
-def test_a_selector_polls_only_after_a_pass_that_found_something(spin: list[int]) -> None:
+def test_threads_waiting_on_a_procs_loop_wait_as_the_proc_does() -> None:
+    waits = awake.Waits(300)
+    loop = awake.AwakeLoop(waits)
+    try:
+        assert awake.waits_of(loop) is waits
+    finally:
+        loop.close()
+    other = awake.asyncio.new_event_loop()
+    try:
+        assert awake.waits_of(other) is awake.SLEEP
+    finally:
+        other.close()
+
+
+def test_a_selector_polls_only_after_a_pass_that_found_something(
+    waits: awake.Waits, yields: list[int]
+) -> None:
     reader, writer = os.pipe()
-    selector = awake.AwakeSelector()
+    selector = awake.AwakeSelector(waits)
     try:
         selector.register(reader, awake.selectors.EVENT_READ)
         # Idle: a timer's wake-up finds nothing, and the next wait does not poll.
         assert selector.select(0.01) == []
         assert selector.select(0.01) == []
-        assert spin[0] == 0
+        assert yields[0] == 0
         os.write(writer, b"x")
         assert len(selector.select(1)) == 1
         os.read(reader, 1)
         # Busy: the wait after a pass that found a message polls first.
         assert selector.select(0.01) == []
-        assert spin[0] > 0
+        assert yields[0] > 0
         # That wait found nothing: the next one sleeps at once.
-        polled = spin[0]
+        polled = yields[0]
         assert selector.select(0.01) == []
-        assert spin[0] == polled
+        assert yields[0] == polled
     finally:
         selector.close()
         os.close(reader)
         os.close(writer)
 
 
-def test_a_selector_polling_returns_what_becomes_ready(spin: list[int]) -> None:
+def test_a_selector_polling_returns_what_becomes_ready(
+    waits: awake.Waits, yields: list[int]
+) -> None:
     reader, writer = os.pipe()
-    selector = awake.AwakeSelector()
+    selector = awake.AwakeSelector(waits)
     try:
         selector.register(reader, awake.selectors.EVENT_READ)
         os.write(writer, b"x")
@@ -219,7 +251,8 @@ def test_a_selector_polling_returns_what_becomes_ready(spin: list[int]) -> None:
 class Spin(Actor):
     @endpoint
     def spin(self) -> float:
-        return awake.spin()
+        """How long this proc's waits poll."""
+        return config.current_world().waits.spin  # type: ignore[attr-defined,no-any-return]
 
 
 @pytest.mark.parametrize("option", [None, 0, 750])
@@ -229,24 +262,24 @@ def test_every_proc_polls_for_the_jobs_spin(option: int | None) -> None:
     try:
         procs = this_host().spawn_procs(per_host={"gpus": 3})
         spins = procs.spawn("spin", Spin).spin.call().get(timeout=60)
-        controller_spin = awake.spin()
+        world = config.current_world()
+        controller_spin = world.waits.spin  # type: ignore[attr-defined]
+        runtime_loop = awake.waits_of(world.loop).spin
     finally:
         danaus.shutdown()
-    expected = (awake.WAIT_SPIN_US if option is None else option) / 1e6
+    expected = (JobOptions().wait_spin_us if option is None else option) / 1e6
     assert set(spins.values()) == {expected}
-    assert controller_spin == expected
-    # The controller's runtime has ended: its process waits asleep again.
-    assert awake.spin() == 0
+    assert controller_spin == runtime_loop == expected
 
 
 @pytest.mark.parametrize(
     ("value", "error", "match"),
     [
-        ("200", TypeError, "whole number of µs"),
-        (True, TypeError, "whole number of µs"),
-        (2.5, TypeError, "whole number of µs"),
-        (-1, ValueError, "within 0..100000"),
-        (awake.MAX_WAIT_SPIN_US + 1, ValueError, "within 0..100000"),
+        ("200", TypeError, "wait_spin_us must be an int"),
+        (True, TypeError, "wait_spin_us must be an int"),
+        (2.5, TypeError, "wait_spin_us must be an int"),
+        (-1, ValueError, "from 0 to 100000"),
+        (MAX_WAIT_SPIN_US + 1, ValueError, "from 0 to 100000"),
     ],
 )
 def test_a_bad_spin_is_refused_at_configure(value: object, error: type, match: str) -> None:

@@ -9,15 +9,8 @@ from danaus import Actor, Channel, current_rank, endpoint, this_host
 from danaus.chaos import crash
 from danaus.chaos.checkers import delivery
 from danaus.core import trace as ev
-from danaus.core.casting import (
-    DEFAULT_FANOUT,
-    ENTRY_BYTES,
-    FANOUT_VARIABLE,
-    SUBTREE_BYTES,
-    Targets,
-    fanout_from,
-    split,
-)
+from danaus.core.casting import ENTRY_BYTES, SUBTREE_BYTES, Targets, split
+from danaus.core.settings import Settings
 from danaus.core.transport import ROOT
 from danaus.core.wire import MAX_FANOUT
 
@@ -46,18 +39,19 @@ def test_targets_without_the_lost():
     assert (kept.procs, kept.points, kept.seqs) == (("p0", "p2", "p4"), (0, 2, 4), (0, 2, 4))
 
 
-def test_the_fanout_comes_from_the_argument_then_the_environment(monkeypatch):
-    monkeypatch.delenv(FANOUT_VARIABLE, raising=False)
-    assert fanout_from(None) == DEFAULT_FANOUT
-    monkeypatch.setenv(FANOUT_VARIABLE, "3")
-    assert fanout_from(None) == 3
-    assert fanout_from(5) == 5
-    for bad in (1, 0, MAX_FANOUT + 1, True, 2.0):
+def test_the_fanout_comes_from_the_argument_then_the_environment():
+    assert Settings.from_environment({}).cast_fanout == 8
+    environment = Settings.from_environment({"DANAUS_CAST_FANOUT": "3"})
+    assert environment.cast_fanout == 3
+    assert environment.given(cast_fanout=5).cast_fanout == 5
+    for bad in (1, 0, MAX_FANOUT + 1):
         with pytest.raises(ValueError, match="cast_fanout"):
-            fanout_from(bad)
-    monkeypatch.setenv(FANOUT_VARIABLE, "many")
-    with pytest.raises(ValueError, match=FANOUT_VARIABLE):
-        fanout_from(None)
+            environment.given(cast_fanout=bad)
+    for wrong in (True, 2.0):
+        with pytest.raises(TypeError, match="cast_fanout"):
+            environment.given(cast_fanout=wrong)
+    with pytest.raises(ValueError, match="DANAUS_CAST_FANOUT"):
+        Settings.from_environment({"DANAUS_CAST_FANOUT": "many"})
 
 
 def test_configure_checks_the_fanout():

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from danaus.core import awake
 from danaus.core.blocking import ActorThread
 from danaus.core.future import new_future
 
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.timeout(30)
 @pytest.fixture
 def runtime_loop():
     """A loop on a thread of its own, as a runtime's is."""
-    runner = ActorThread("test-runtime")
+    runner = ActorThread("test-runtime", awake.SLEEP)
     yield runner.loop
     runner.close()
 

@@ -19,6 +19,7 @@ import danaus
 import danaus.sim
 from danaus import Actor, SupervisionError, endpoint, this_host
 from danaus.core import config
+from danaus.core.settings import Settings
 from danaus.core.trace import Down, Trace
 from danaus.transports.sim import SimWorld
 
@@ -182,7 +183,7 @@ def test_two_worlds_alive_at_once_end_each_their_own_procs():
     """Two worlds live side by side; an actor of each, in turn, ends its proc: that proc
     alone ends, in its own world, and the other world's procs live on."""
     ignore_failures()
-    worlds = [SimWorld(seed=1), SimWorld(seed=2)]
+    worlds = [SimWorld(Settings(seed=1)), SimWorld(Settings(seed=2))]
     meshes = []
     try:
         for world in worlds:

@@ -12,11 +12,15 @@ import danaus
 import danaus.sim
 from danaus import Actor, ActorMesh, current_rank, endpoint, this_host
 from danaus.core import config
+from danaus.core.settings import Settings, variable
 from danaus.transports.sim.loop import Handle
-from danaus.transports.sim.schedule import ENVIRONMENT, Exploration, seed_from_environment
+from danaus.transports.sim.schedule import Exploration
 from tests.programs import mixed_workload
 
 SEEDS = range(20)
+
+
+ENVIRONMENT = variable("schedule_seed")
 
 
 def test_schedule_seed_0_is_the_default_schedule(monkeypatch):
@@ -43,12 +47,13 @@ def test_a_schedule_seed_replays_and_others_differ():
 
 def test_the_environment_sets_the_schedule_seed(monkeypatch):
     monkeypatch.setenv(ENVIRONMENT, "3")
-    assert seed_from_environment() == 3
+    assert Settings.from_environment().schedule_seed == 3
     assert danaus.sim.run(mixed_workload.main, hosts=3, seed=7).schedule_seed == 3
     monkeypatch.setenv(ENVIRONMENT, "three")
     with pytest.raises(ValueError, match=ENVIRONMENT):
-        seed_from_environment()
-    with pytest.raises(ValueError, match="schedule_seed"):
+        Settings.from_environment()
+    monkeypatch.delenv(ENVIRONMENT)
+    with pytest.raises(TypeError, match="schedule_seed"):
         danaus.sim.run(mixed_workload.main, schedule_seed="3")  # type: ignore[arg-type]
 
 
@@ -147,7 +152,7 @@ def test_exploration_interleaves_owners_and_keeps_each_owners_order():
 
 def test_configure_takes_a_schedule_seed(monkeypatch):
     monkeypatch.delenv(ENVIRONMENT, raising=False)
-    monkeypatch.setattr(config, "_choice", config._choice)  # the choice is put back after
+    monkeypatch.setattr(config, "_given", config._given)  # the settings are put back after
     danaus.configure(transport="sim", schedule_seed=5)
     try:
         assert config.current_world().schedule_seed == 5

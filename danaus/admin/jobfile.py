@@ -3,7 +3,7 @@
 Each controller on a real transport writes one small file while it runs:
 the address of its admin socket and the key that socket admits. The file is
 the only way to the key: it lives in a directory only its user can enter
-(``DANAUS_JOBS_DIR``, else ``$XDG_RUNTIME_DIR/danaus/jobs``, else
+(the ``jobs_dir`` setting, ``DANAUS_JOBS_DIR``; else ``$XDG_RUNTIME_DIR/danaus/jobs``, else
 ``~/.danaus/jobs``; made with mode 0700) and is itself readable by its user
 only (0600). A tool refuses a directory or file that others could read or
 write, or that another user owns. The controller removes its file when it
@@ -25,7 +25,7 @@ from pathlib import Path
 import msgspec
 import psutil
 
-ENVIRONMENT = "DANAUS_JOBS_DIR"
+from danaus.core import config
 
 
 class JobFile(msgspec.Struct, frozen=True):
@@ -47,7 +47,7 @@ class JobFile(msgspec.Struct, frozen=True):
 
 def jobs_dir() -> Path:
     """Where job files live (see the module's docstring)."""
-    chosen = os.environ.get(ENVIRONMENT)
+    chosen = config.setting("jobs_dir")
     if chosen:
         return Path(chosen)
     runtime_dir = os.environ.get("XDG_RUNTIME_DIR")

@@ -46,10 +46,10 @@ MAX_ENDED = 1000
 class AdminService:
     """Answers admin requests on the controller's runtime loop."""
 
-    def __init__(self, world: World) -> None:
+    def __init__(self, world: World, logs: LogBook) -> None:
         self.world = world
         self.sessions = Sessions(world.root)
-        self.logs = LogBook()
+        self.logs = logs
         """The procs' latest output lines; the world's output goes through `LogBook.tee`."""
         self._failures: dict[tuple[str, str], FailureView] = {}
         """Every failure seen, by (proc, what), stamped with when it was first seen."""

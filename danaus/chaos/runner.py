@@ -219,11 +219,12 @@ def run_scenario(
             "seed": seed,
             "network": scenario.network,
             "time_limit": scenario.max_time,
-            "cast_fanout": scenario.cast_fanout,
         }
     else:
-        options = {"trace": True, "cast_fanout": scenario.cast_fanout, **options}
-    world = config.create_world(transport, **options)
+        options = {"trace": True, **options}
+    if scenario.cast_fanout is not None:
+        options["cast_fanout"] = scenario.cast_fanout
+    world = config.create_world(transport=transport, **options)
     config.install(world)
     run = _Run(scenario, world)
     world.fault_hook = _record_unhandled(run.history)

@@ -40,9 +40,8 @@ from _pytest.runner import runtestprotocol
 from danaus.chaos.export import write_html, write_perfetto
 from danaus.core import config
 from danaus.core import trace as trace_events
+from danaus.core.settings import variable
 from danaus.transports.sim import route_asyncio_run
-from danaus.transports.sim.schedule import ENVIRONMENT as SEED_VARIABLE
-from danaus.transports.sim.world import TRACE_DIR
 
 log = logging.getLogger("danaus.sim")
 
@@ -112,7 +111,7 @@ class SimSwitch:
         self.tests = 0
 
     def pytest_configure(self, config: pytest.Config) -> None:
-        os.environ["DANAUS_TRANSPORT"] = "sim"
+        os.environ[variable("transport")] = "sim"
         # A test's first use of Danaus may come inside asyncio.run: its loop must be the
         # simulator's already, as importing danaus routes nothing.
         route_asyncio_run()
@@ -160,8 +159,8 @@ class SimSwitch:
             shutil.rmtree(folder, ignore_errors=True)
         before = config.installed()
         with (
-            _environment(SEED_VARIABLE, str(seed)),
-            _environment(TRACE_DIR, None if folder is None else str(folder)),
+            _environment(variable("schedule_seed"), str(seed)),
+            _environment(variable("trace_dir"), None if folder is None else str(folder)),
         ):
             reports = runtestprotocol(item, nextitem=nextitem, log=False)
             if config.installed() not in (None, before):

@@ -24,8 +24,9 @@ from danaus.core import awake, home_cpu
 class _LockSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
     """A selector that, while only the loop's own wake-up pipe is registered, sleeps on a lock."""
 
-    def __init__(self) -> None:
+    def __init__(self, waits: awake.Waits) -> None:
         super().__init__()
+        self._waits = waits
         self._mutex = threading.Lock()
         self._bell = threading.Lock()
         """Held while nobody has rung; released by `ring` (lock mode only)."""
@@ -62,7 +63,7 @@ class _LockSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
                     self._in_epoll = False
         if sleeps:
             wait = -1 if timeout is None else timeout
-            rung = home_cpu.wait_at_home(awake.acquire, self._bell, wait)
+            rung = home_cpu.wait_at_home(self._waits.acquire, self._bell, wait)
         else:
             rung = self._bell.acquire(False)
         with self._mutex:
@@ -73,7 +74,8 @@ class _LockSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
 
 
 class ActorLoop(asyncio.SelectorEventLoop):
-    """An asyncio loop for an actor's thread (see the module docstring).
+    """An asyncio loop for an actor's thread (see the module docstring), whose sleeps on the
+    lock poll first as its proc's ``waits`` say (`danaus.core.awake`).
 
     Its end has two steps, so that no work handed to it is lost: `shut` (from
     then on `call_soon_threadsafe` raises `RuntimeError`, as on a closed loop,
@@ -82,8 +84,8 @@ class ActorLoop(asyncio.SelectorEventLoop):
     handed it after it last ran and before it closed.
     """
 
-    def __init__(self) -> None:
-        self._bell_selector = _LockSelector()
+    def __init__(self, waits: awake.Waits) -> None:
+        self._bell_selector = _LockSelector(waits)
         self._door = threading.Lock()
         self._shut = False
         super().__init__(self._bell_selector)

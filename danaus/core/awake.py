@@ -8,9 +8,12 @@ whose idle vCPUs halt, an exit to the hypervisor and a reschedule of the vCPU
 on the host. A thread that polls keeps its CPU running, and finds the message
 at once.
 
-So a proc's waits poll first, for `spin` seconds at most: its runtime loop's
-thread after a pass that handled I/O, the actor's thread between messages, a
-caller blocked in ``get()``. Between polls the thread yields its CPU
+So a proc's waits poll first, for `Waits.spin` seconds at most (the job's
+``wait_spin_us``): its runtime loop's thread after a pass that handled I/O
+(`AwakeSelector`), the actor's thread between messages, a caller blocked in
+``get()``. Each proc's world has one `Waits`, and hands it to what waits: its
+runtime loop (an `AwakeLoop`, which futures of the loop find it through), and
+its actors' threads. Between polls the thread yields its CPU
 (``sched_yield``), so that any thread ready to run there, such as the one the
 poll waits for, runs at once: on a host with more busy threads than CPUs,
 polling takes only what nobody else wants. Then the thread sleeps: a proc
@@ -19,7 +22,7 @@ with nothing to do polls once, for `spin` seconds, not until its next message.
 Polling pays only while the host has a CPU to spare. A yield that comes back
 late (after `CONTENDED` seconds) ran someone else's work: a busy thread of
 another process on that CPU, or one of this proc's threads that wanted the
-interpreter's lock. Every poll of the proc then stops, and none starts for a
+interpreter's lock. Every poll of the proc's `Waits` then stops, and none starts for a
 while (`BACKOFF`, doubled while it keeps happening, up to `MAX_BACKOFF`): on a
 host whose CPUs all compute, a proc's waits sleep at once, as they would with
 no polling at all.
@@ -27,6 +30,7 @@ no polling at all.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import selectors
 import threading
@@ -37,11 +41,6 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-WAIT_SPIN_US = 200
-"""The default spin, in µs: longer than a round trip between two procs of a host."""
-MAX_WAIT_SPIN_US = 100_000
-"""The longest spin a job may ask for: past that, a wait is better asleep."""
-
 CONTENDED = 50e-6
 """Seconds after which a yield is taken to have run another thread's work: a yield that finds
 nothing else to run returns in a microsecond or two."""
@@ -50,37 +49,63 @@ BACKOFF = 0.01
 MAX_BACKOFF = 1.0
 """The longest pause in polling, reached while every poll keeps finding its CPU wanted."""
 
-_spin = 0.0
-"""How long a wait polls before it sleeps, in seconds; 0: it sleeps at once."""
-_quiet_until = 0.0
-"""Until when (``time.perf_counter``) no wait of this process polls."""
-_backoff = BACKOFF
-"""The next pause in polling, should a poll find its CPU wanted again."""
+
+class Waits:
+    """How the threads of one proc wait: polling for up to `spin` seconds, then asleep.
+
+    Thread-safe: its threads share when polling pauses (a race between two of
+    them at worst delays a pause, or lengthens one).
+    """
+
+    def __init__(self, spin_us: int) -> None:
+        if spin_us < 0:
+            raise ValueError(f"a spin cannot be negative, not {spin_us!r}")
+        self.spin = spin_us / 1e6
+        """How long a wait polls before it sleeps, in seconds; 0: it sleeps at once."""
+        self._quiet_until = 0.0
+        """Until when (``time.perf_counter``) no wait polls."""
+        self._backoff = BACKOFF
+        """The next pause in polling, should a poll find its CPU wanted again."""
+
+    def acquire(self, lock: threading.Lock, timeout: float = -1) -> bool:
+        """``lock.acquire(True, timeout)``, polled for up to the spin before it sleeps."""
+        spin_for = self.spin if timeout < 0 else min(self.spin, timeout)
+        if spin_for <= 0:
+            return lock.acquire(True, timeout)
+        start = time.perf_counter()
+        if self.poll(partial(lock.acquire, False), spin_for):
+            return True
+        left = -1 if timeout < 0 else max(0.0, timeout - (time.perf_counter() - start))
+        return lock.acquire(True, left)
+
+    def poll(self, probe: Callable[[], T], seconds: float) -> T:
+        """``probe()`` again and again, yielding the CPU between tries, until it returns
+        something true or ``seconds`` have passed; its last result. Once only while polling
+        pauses, and the last try if a yield finds the CPU wanted elsewhere (module docstring)."""
+        now = time.perf_counter()
+        if now < self._quiet_until:
+            return probe()
+        end = now + seconds
+        while True:
+            found = probe()
+            if found:
+                self._backoff = BACKOFF
+                return found
+            before = time.perf_counter()
+            if before >= end:
+                self._backoff = BACKOFF
+                return found
+            os.sched_yield()
+            after = time.perf_counter()
+            if after - before > CONTENDED:
+                self._quiet_until = after + self._backoff
+                self._backoff = min(2 * self._backoff, MAX_BACKOFF)
+                return probe()
 
 
-def keep_awake(seconds: float) -> None:
-    """Have this process's waits poll for ``seconds`` before they sleep (0: never)."""
-    global _spin
-    if seconds < 0:
-        raise ValueError(f"a spin cannot be negative, not {seconds!r}")
-    _spin = seconds
-
-
-def spin() -> float:
-    """How long this process's waits poll before they sleep, in seconds."""
-    return _spin
-
-
-def acquire(lock: threading.Lock, timeout: float = -1) -> bool:
-    """``lock.acquire(True, timeout)``, polled for up to the spin before it sleeps."""
-    spin_for = _spin if timeout < 0 else min(_spin, timeout)
-    if spin_for <= 0:
-        return lock.acquire(True, timeout)
-    start = time.perf_counter()
-    if _poll(partial(lock.acquire, False), spin_for):
-        return True
-    left = -1 if timeout < 0 else max(0.0, timeout - (time.perf_counter() - start))
-    return lock.acquire(True, left)
+SLEEP = Waits(0)
+"""Waits that sleep at once: those of threads whose futures belong to no proc's `AwakeLoop`
+(it never polls, so it keeps no state that changes)."""
 
 
 class AwakeSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
@@ -90,17 +115,18 @@ class AwakeSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
     polling: a proc that is idle sleeps.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, waits: Waits) -> None:
         super().__init__()
+        self._waits = waits
         self._busy = False
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        spin_for = _spin if self._busy else 0.0
+        spin_for = self._waits.spin if self._busy else 0.0
         if timeout is not None:
             spin_for = min(spin_for, timeout)
         if spin_for > 0:
             start = time.perf_counter()
-            ready = _poll(partial(super().select, 0), spin_for)
+            ready = self._waits.poll(partial(super().select, 0), spin_for)
             if ready:
                 return ready
             if timeout is not None:
@@ -110,27 +136,16 @@ class AwakeSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
         return ready
 
 
-def _poll(probe: Callable[[], T], seconds: float) -> T:
-    """``probe()`` again and again, yielding the CPU between tries, until it returns something
-    true or ``seconds`` have passed; its last result. Once only while polling pauses, and
-    the last try if a yield finds the CPU wanted elsewhere (see the module docstring)."""
-    global _quiet_until, _backoff
-    now = time.perf_counter()
-    if now < _quiet_until:
-        return probe()
-    end = now + seconds
-    while True:
-        found = probe()
-        if found:
-            _backoff = BACKOFF
-            return found
-        before = time.perf_counter()
-        if before >= end:
-            _backoff = BACKOFF
-            return found
-        os.sched_yield()
-        after = time.perf_counter()
-        if after - before > CONTENDED:
-            _quiet_until = after + _backoff
-            _backoff = min(2 * _backoff, MAX_BACKOFF)
-            return probe()
+class AwakeLoop(asyncio.SelectorEventLoop):
+    """A proc's runtime loop: its selector polls as the proc's `waits` say, and threads that
+    wait for its futures find the same `waits` here (`waits_of`)."""
+
+    def __init__(self, waits: Waits) -> None:
+        super().__init__(AwakeSelector(waits))
+        self.waits = waits
+
+
+def waits_of(loop: asyncio.AbstractEventLoop) -> Waits:
+    """How a thread waiting for a future of ``loop`` waits: as the proc of that loop does, if
+    ``loop`` is a proc's `AwakeLoop`; else asleep at once."""
+    return loop.waits if isinstance(loop, AwakeLoop) else SLEEP

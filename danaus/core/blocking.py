@@ -159,7 +159,8 @@ class ThreadWaitable(asyncio.Future):  # type: ignore[type-arg]
             if self.done():
                 return self.result()
             self._sleepers.append(sleeper)
-        if not home_cpu.wait_at_home(awake.acquire, sleeper, -1 if timeout is None else timeout):
+        acquire = awake.waits_of(self.get_loop()).acquire
+        if not home_cpu.wait_at_home(acquire, sleeper, -1 if timeout is None else timeout):
             with self._sleepers_lock:
                 if sleeper in self._sleepers:
                     self._sleepers.remove(sleeper)
@@ -251,11 +252,12 @@ class ActorThread(ActorRunner):
     Everything the actor runs happens here: ``__init__``, sync and async
     endpoints, hooks. A sync endpoint blocks the thread while it runs and sees
     no running event loop, as code in a plain thread would; a blocking
-    ``get()`` in it waits for the runtime's loop, on another thread.
+    ``get()`` in it waits for the runtime's loop, on another thread. Its waits
+    poll first as its proc's ``waits`` say (`danaus.core.awake`).
     """
 
-    def __init__(self, name: str) -> None:
-        self.loop = ActorLoop()
+    def __init__(self, name: str, waits: awake.Waits) -> None:
+        self.loop = ActorLoop(waits)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import threading
 from collections.abc import Callable, Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any, Protocol
@@ -42,15 +41,13 @@ from msgspec.structs import replace
 
 from danaus.core import trace as ev
 from danaus.core.serialize import Buffer
-from danaus.core.wire import MAX_ACKS, MAX_FANOUT, Ack, Call, Cast, encode
+from danaus.core.wire import MAX_ACKS, Ack, Call, Cast, encode
 
 if TYPE_CHECKING:
     from danaus.core.ports import ReplyHandler
     from danaus.core.trace import Trace
     from danaus.core.transport import ProcLoss
 
-DEFAULT_FANOUT = 8
-FANOUT_VARIABLE = "DANAUS_CAST_FANOUT"
 SUBTREE_BYTES = 16 * 1024
 """About how many bytes of proc names one forwarded cast may carry (a quarter of a header)."""
 ENTRY_BYTES = 16
@@ -60,21 +57,6 @@ ACK_DELAY = 0.005
 one message acknowledges the hops of many casts; a sender keeps a call that much longer."""
 ACK_PAYLOAD: tuple[Buffer, ...] = (b"\0",)
 """Every message carries a payload frame; an acknowledgement's says nothing."""
-
-
-def fanout_from(value: int | None = None) -> int:
-    """The fan-out ``value`` names (None: ``$DANAUS_CAST_FANOUT``, else 8), checked."""
-    if value is None:
-        text = os.environ.get(FANOUT_VARIABLE, "").strip()
-        if not text:
-            return DEFAULT_FANOUT
-        try:
-            value = int(text)
-        except ValueError:
-            raise ValueError(f"{FANOUT_VARIABLE}={text!r} is not an integer") from None
-    if not isinstance(value, int) or isinstance(value, bool) or not 2 <= value <= MAX_FANOUT:
-        raise ValueError(f"cast_fanout must be an int from 2 to {MAX_FANOUT}, not {value!r}")
-    return value
 
 
 class Targets:

@@ -1,15 +1,16 @@
-"""Choosing a transport, and the world this process runs on.
+"""This process's settings and choice of transport, and the world it runs on.
 
 The world is made on first use (``this_host()``, ``this_proc()``, a spawn) from
-the choice: ``configure(transport=..., **options)`` if called, else the
-``DANAUS_TRANSPORT`` environment variable, else ``tcp``. Options go to the
-transport's ``create_world``, except those every world takes (``cast_fanout``).
+this process's `Settings`: those given to ``configure(...)``, else the
+environment's (`Settings.from_environment`), else the defaults. The transport
+they name checks them (its ``configured``) and makes the world from them (its
+``create_world``).
 
-What the process itself holds is only what the user set for it: that choice
-and which world is current (and ``danaus.unhandled_fault_hook``, a process-wide
-setting in Monarch's API too, which the package itself holds). Everything about
-a run (its hook if it sets one, fault sites, random source, trace) belongs to
-its `World`, so worlds made one after the other share nothing.
+What the process itself holds is only what the user set for it: the settings
+given to ``configure`` and which world is current (and ``danaus.unhandled_fault_hook``,
+a process-wide setting in Monarch's API too, which the package itself holds).
+Everything about a run (its hook if it sets one, fault sites, random source,
+trace) belongs to its `World`, so worlds made one after the other share nothing.
 """
 
 from __future__ import annotations
@@ -17,106 +18,112 @@ from __future__ import annotations
 import atexit
 import importlib
 import inspect
-import os
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
 
-from danaus.core.casting import fanout_from
-from danaus.core.suggest import close_names
+from danaus.core.settings import EVERY_TRANSPORT, TRANSPORTS, Settings, unknown
 from danaus.core.supervision import default_unhandled_fault_hook
 from danaus.core.transport import FaultHook, World
 
-DEFAULT_TRANSPORT = "tcp"
-TRANSPORTS = ("sim", "tcp", "ucx", "verbs")
+P = ParamSpec("P")
+R = TypeVar("R")
 
-
-@dataclass(frozen=True)
-class Choice:
-    """A transport and its options, as ``configure()`` was given them."""
-
-    transport: str
-    options: Mapping[str, Any] = field(default_factory=dict)
-
-
-_choice: Choice | None = None
+_given: dict[str, Any] = {}
+"""The settings given to ``configure``, checked (the environment gives the rest)."""
 _world: World | None = None
 _exit_registered = False
 
 
+def settings() -> Settings:
+    """This process's settings: those given to ``configure``, else the environment's."""
+    return Settings.from_environment().given(**_given)
+
+
+def setting(name: str) -> Any:
+    """One of this process's settings: as ``configure`` gave it, else as the environment does.
+
+    For code that reads one setting, often: it reads one environment variable, not all.
+    """
+    if name in _given:
+        return _given[name]
+    return Settings.read(name)
+
+
 def selected() -> str:
     """The name of the transport the next world will use."""
-    if _choice is not None:
-        return _choice.transport
-    return os.environ.get("DANAUS_TRANSPORT") or DEFAULT_TRANSPORT
+    return setting("transport")
 
 
-def configure(
-    transport: str | None = None, *, cast_fanout: int | None = None, **options: Any
-) -> None:
-    """Choose the transport (``sim``, ``tcp``, ``ucx``, ``verbs``) and its options.
+def _takes_fields_of(
+    struct: Callable[P, Any],
+) -> Callable[[Callable[..., R]], Callable[P, R]]:
+    """Give a function of ``**fields`` the keyword parameters of ``struct``'s fields, for type
+    checkers (``P``) and for ``help()`` (its signature), so that they are declared once."""
 
-    ``cast_fanout`` (every transport; None: ``$DANAUS_CAST_FANOUT``, else 8)
-    is how many procs a cast's sender, and each proc that passes it on, sends
-    it to at most (`danaus.core.casting`). The other options are the
-    transport's; ``max_message_bytes``, which every transport takes, bounds the
-    payload of each message (a larger one raises `MessageTooLargeError` where it
-    is sent). Call before anything else touches Danaus; to switch later, call
-    ``danaus.shutdown()`` first. The choice holds for every world this process
-    makes from then on.
+    def typed(function: Callable[..., R]) -> Callable[P, R]:
+        parameters = inspect.signature(struct).parameters.values()
+        function.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            list(parameters), return_annotation=inspect.signature(function).return_annotation
+        )
+        return function
+
+    return typed
+
+
+@_takes_fields_of(Settings)
+def configure(**fields: Any) -> None:
+    """Set this process's settings: the fields of `Settings`, as keyword arguments.
+
+    ``configure(transport="sim", hosts=4)`` chooses the simulator with four
+    hosts; a setting not given comes from its environment variable, else its
+    default. Call before anything else touches Danaus; to switch later, call
+    ``danaus.shutdown()`` first. The settings hold for every world this process
+    makes from then on. Raises `TypeError` for a setting the chosen transport
+    does not take, naming those it takes, or a value of the wrong type, and
+    `ValueError` for a value out of its range.
     """
-    global _choice
+    global _given
     if _world is not None:
         raise RuntimeError(
             f"Danaus already runs on {_world.name!r}; call danaus.shutdown() before configure()"
         )
-    name = transport or selected()
-    module = transport_module(name)
-    _check_names(name, module, options)
-    if cast_fanout is not None:
-        options["cast_fanout"] = fanout_from(cast_fanout)
-    module.configured(**_transport_options(options))
-    _choice = Choice(name, dict(options))
+    chosen = checked(fields)
+    _given = {name: getattr(chosen, name) for name in fields}
+
+
+def checked(fields: dict[str, Any]) -> Settings:
+    """The environment's settings with ``fields`` in their place, checked by their transport."""
+    environment = Settings.from_environment()
+    transport = fields.get("transport", environment.transport)
+    module = transport_module(transport)
+    takes = EVERY_TRANSPORT | module.OPTIONS
+    for name in fields:
+        if name not in takes:
+            raise unknown(name, takes, f"transport {transport!r}")
+    chosen = environment.given(**fields)
+    module.configured(chosen)
+    return chosen
 
 
 def transport_module(name: str) -> Any:
-    """The package of transport ``name``: it has ``World``, ``configured`` and ``create_world``."""
+    """The package of transport ``name``: its ``World``, ``OPTIONS``, ``configured`` and
+    ``create_world``."""
     if name not in TRANSPORTS:
         raise ValueError(f"unknown transport {name!r}; choose one of {', '.join(TRANSPORTS)}")
     return importlib.import_module(f"danaus.transports.{name}")
 
 
-def create_world(transport: str, *, cast_fanout: int | None = None, **options: Any) -> World:
-    """A new world of ``transport`` with ``options`` (checked first); not made current."""
-    module = transport_module(transport)
-    _check_names(transport, module, options)
-    fanout = fanout_from(cast_fanout)
-    module.configured(**options)
-    return module.create_world(cast_fanout=fanout, **options)
-
-
-def _check_names(transport: str, module: Any, options: Mapping[str, Any]) -> None:
-    """A `TypeError` for an option ``transport`` does not take, naming the ones it takes."""
-    takes = [*inspect.signature(module.configured).parameters, "cast_fanout"]
-    for name in options:
-        if name not in takes:
-            raise TypeError(
-                f"configure(): transport {transport!r} has no option {name!r}"
-                f"{close_names(name, takes)}; its options: {', '.join(sorted(takes))}"
-            )
-
-
-def _transport_options(options: dict[str, Any]) -> dict[str, Any]:
-    """``options`` but those every world takes, which are no transport's business."""
-    return {key: value for key, value in options.items() if key != "cast_fanout"}
+def create_world(**fields: Any) -> World:
+    """A new world made from the environment's settings with ``fields``; not made current."""
+    chosen = checked(fields)
+    return transport_module(chosen.transport).create_world(chosen)
 
 
 def current_world() -> World:
     """The world this process runs on, made on first use."""
     if _world is None:
-        options = dict(_choice.options) if _choice is not None else {}
-        install(create_world(selected(), **options))
+        install(create_world(**_given))
     assert _world is not None
     return _world
 

@@ -140,7 +140,7 @@ class HostMesh(Mesh):
         owner = _caller()
         runtime = owner.runtime
         count = extent.nelements
-        limit = runtime.world.max_procs_per_host
+        limit = runtime.world.options.max_procs_per_host
         if count > limit:
             raise ValueError(
                 f"spawn_procs asks for {count} procs per host, more than the {limit} a host "

@@ -7,24 +7,23 @@ waiting for its answers closes (`port_closed`), an endpoint starts and ends
 (`handling`, `handled`), and an actor fails (`actor_failed`). With it off,
 each of those paths pays one attribute test.
 
-Worker processes learn that instrumentation is on from the environment: the
-variable ``DANAUS_OBSERVER`` names a module whose ``observer()`` gives this
-process's observer (see `danaus.otel`), so every proc a job starts afterwards
-is instrumented alike.
+Worker processes learn that instrumentation is on from their settings: the
+``observer`` setting (``DANAUS_OBSERVER``, which `danaus.otel` sets for the
+processes started afterwards) names a module whose ``observer()`` gives this
+process's observer, so every proc a job starts afterwards is instrumented alike.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
 from typing import TYPE_CHECKING, Any
+
+from danaus.core import config
 
 if TYPE_CHECKING:
     from danaus.core.instance import Instance
     from danaus.core.runtime import Runtime
     from danaus.core.wire import Call, PortRef
-
-ENVIRONMENT = "DANAUS_OBSERVER"
 
 
 class Observer:
@@ -53,9 +52,9 @@ class Observer:
         """``instance`` failed."""
 
 
-def from_environment() -> Observer | None:
-    """This process's observer, if ``DANAUS_OBSERVER`` names the module that makes it."""
-    name = os.environ.get(ENVIRONMENT)
+def from_settings() -> Observer | None:
+    """This process's observer, if its ``observer`` setting names the module that makes it."""
+    name = config.setting("observer")
     if not name:
         return None
     module: Any = importlib.import_module(name)

@@ -30,7 +30,7 @@ from danaus.core.errors import (
 )
 from danaus.core.future import Future, transfer_outcome
 from danaus.core.instance import Instance, InstanceKind
-from danaus.core.observer import Observer, from_environment
+from danaus.core.observer import Observer, from_settings
 from danaus.core.ordering import Inbound, Outbound
 from danaus.core.ports import PortHandler, ReplyHandler
 from danaus.core.serialize import Buffer, dumps, loads, nbytes
@@ -132,7 +132,7 @@ class Runtime:
         """The OS process id of this proc, where it has one of its own."""
         self.observer: Observer | None = None
         """Instrumentation told of calls and failures (`danaus.core.observer`); None: off."""
-        self.observe(from_environment())
+        self.observe(from_settings())
         self.client = Instance.client(self)
         self.supervisor = Supervisor(self)
         actor_logs.install()
@@ -189,7 +189,7 @@ class Runtime:
 
         ``what % about`` names the message (formatted only then).
         """
-        limit = self.world.max_message_bytes
+        limit = self.world.options.max_message_bytes
         if limit is not None and (size := nbytes(payload)) > limit:
             raise MessageTooLargeError(
                 f"{what % about} is {size} bytes, more than the job's max_message_bytes "
@@ -242,7 +242,7 @@ class Runtime:
                 )
             if reply is not None:
                 self.watch(proc)
-        fanout = self.world.cast_fanout
+        fanout = self.world.options.cast_fanout
         if len(targets) > fanout:
             call = Call(actor, method, reply, 0, labels, sizes, sender.actor_id, 0, carried, plain)
             procs, points = zip(*targets)

@@ -11,12 +11,12 @@ A transport brings three things:
   registration for one-sided reads and writes;
 * a `Launcher` that starts procs on a host and reports when they end.
 
-A transport package ``danaus.transports.<name>`` exposes ``configured(**options)``,
-which checks the options (called by ``configure()`` and again just before the
-world is made), ``create_world(cast_fanout=..., **options) -> World``, and its
-``World`` class. ``cast_fanout`` is a setting of every world, checked by core:
-the world holds it from the start, and hands it to the worlds of the procs it
-starts.
+A transport package ``danaus.transports.<name>`` exposes ``OPTIONS``, the
+fields of `danaus.core.settings.Settings` it takes beyond those every transport
+takes; ``configured(settings)``, which checks them (called by ``configure()``
+and again just before the world is made); ``create_world(settings) -> World``;
+and its ``World`` class. A world holds its job's `JobOptions` from the start
+(`World.options`), and hands them to the worlds of the procs it starts.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from danaus.core.casting import DEFAULT_FANOUT
 from danaus.core.errors import SupervisionError
 from danaus.core.serialize import Buffer
+from danaus.core.settings import JobOptions
 
 if TYPE_CHECKING:
     from danaus.core.bootstrap import BootstrapCommand
@@ -282,17 +282,11 @@ class World(ABC):
     seed: int = 0
     """The run's seed: the simulator's; 0 on real transports (randomness derived from it, such
     as each proc's torch generator in the tensor engine, replays run after run)."""
-    cast_fanout: int = DEFAULT_FANOUT
-    """How many procs a cast's sender, and each proc that passes it on, sends it to at most
-    (`danaus.core.casting`; set by ``configure(cast_fanout=...)`` or ``DANAUS_CAST_FANOUT``)."""
-    max_procs_per_host: int = 1024
-    """The most procs of the job a host runs at once: a ``spawn_procs`` asking more of each
-    host is refused before anything starts, and each host refuses a request that would take
-    the procs it runs beyond it."""
-    max_message_bytes: int | None = None
-    """The largest payload a message may have (its pickled arguments, answer or value; its
-    envelope comes on top), the same in every proc of the job: the runtime refuses to send a
-    larger one, and a proc refuses to receive one (None: no limit)."""
+    options: JobOptions = JobOptions()
+    """The job's options, the same in every proc of the job. Core applies three: the runtime
+    refuses to send a message over ``max_message_bytes`` (None: no limit), casts travel along
+    trees of ``cast_fanout`` (`danaus.core.casting`), and a ``spawn_procs`` asking more of each
+    host than ``max_procs_per_host`` is refused before anything starts."""
     sites: Sites | None = None
     """The live fault sites of a chaos run on this world, if any."""
     fault_hook: FaultHook | None = None

@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from danaus.core.settings import variable
+
 KEY_DIRECTORY = "/etc/danaus"
 KEY_NAME = "job.key"
 RUN_DIRECTORY = "/run/danaus"
@@ -82,7 +84,7 @@ def stateful_set(
         "env": [
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-            {"name": "DANAUS_JOB_KEY_FILE", "value": f"{KEY_DIRECTORY}/{KEY_NAME}"},
+            {"name": variable("job_key_file"), "value": f"{KEY_DIRECTORY}/{KEY_NAME}"},
         ],
         "ports": [{"name": "danaus", "containerPort": port}],
         "volumeMounts": [

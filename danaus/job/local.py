@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from danaus.core.settings import variable
 from danaus.job import processes
 from danaus.job.base import Job
 
@@ -32,8 +33,8 @@ class LocalJob(Job):
     def start(self) -> dict[str, Any]:
         for folder in ("workers", "logs"):
             (self.directory / folder).mkdir(exist_ok=True)
-        env = {**os.environ, "DANAUS_JOB_KEY_FILE": str(self.key_file)}
-        env.pop("DANAUS_JOB_KEY", None)
+        env = {**os.environ, variable("job_key_file"): str(self.key_file)}
+        env.pop(variable("job_key"), None)
         started: dict[str, list[dict[str, Any]]] = {}
         try:
             for mesh, count in self.meshes.items():

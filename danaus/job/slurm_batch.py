@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from danaus.core.settings import variable
 from danaus.job import processes
 from danaus.job.slurm_commands import hostnames, node_address
 
@@ -48,9 +49,9 @@ def controller_environment(
     here = os.environ.get("SLURMD_NODENAME", nodes[0])
     return {
         **os.environ,
-        "DANAUS_WORKERS": ",".join(addresses),
-        "DANAUS_BIND_HOST": node_address(here),
-        "DANAUS_JOB_KEY_FILE": str(directory / "job.key"),
+        variable("workers"): ",".join(addresses),
+        variable("bind_host"): node_address(here),
+        variable("job_key_file"): str(directory / "job.key"),
         "DANAUS_JOB_DIRECTORY": str(directory),
     }
 

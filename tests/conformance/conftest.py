@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from danaus.transports.tcp.forkserver import preload_from
+from danaus.core.settings import Settings
 from tests.conformance.transports import Transport, available
 
 _turns = itertools.count()
@@ -105,7 +105,7 @@ def run_with_torch(transport: Transport, run: Callable[..., Any]) -> Callable[..
     """
     if not transport.real or transport.cluster:
         return run
-    return functools.partial(run, preload=[*preload_from(None), "torch"])
+    return functools.partial(run, preload=[*Settings.read("preload"), "torch"])
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ def test_shapes_are_checked_at_the_call(run):
             ({"w": 1.0}, TypeError),
             (["w"], TypeError),
             ({"w": 0}, ValueError),
-            ({"w": config.current_world().max_procs_per_host + 1}, ValueError),
+            ({"w": config.current_world().options.max_procs_per_host + 1}, ValueError),
         ]:
             with pytest.raises(error) as refused:
                 host.spawn_procs(per_host)

@@ -65,7 +65,7 @@ class Member(Actor):
 
     @endpoint
     def fanout(self) -> int:
-        return config.current_world().cast_fanout
+        return config.current_world().options.cast_fanout
 
     @endpoint
     def stop_now(self) -> None:
@@ -80,7 +80,7 @@ class Caster(Actor):
 
     @endpoint
     def fanout(self) -> int:
-        return config.current_world().cast_fanout
+        return config.current_world().options.cast_fanout
 
     @endpoint
     def interleave(self, members: Member, rounds: int) -> list[int]:

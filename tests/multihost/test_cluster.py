@@ -22,7 +22,7 @@ import pytest
 
 import danaus
 from danaus import Actor, Channel, MeshFailure, context, endpoint, hosts
-from danaus.core import awake
+from danaus.core import config
 from danaus.rdma import RDMABuffer
 from tests.cluster import Cluster
 from tests.multihost.conftest import DETECTED, FAST, ROOT
@@ -142,7 +142,7 @@ def test_without_rdma_ucx_keeps_large_messages_between_hosts_on_tcp(namespace_cl
 class PollingProcess(Process):
     @endpoint
     def spin(self) -> float:
-        return awake.spin()
+        return config.current_world().waits.spin  # type: ignore[attr-defined,no-any-return]
 
 
 def test_every_host_takes_the_jobs_preload_and_spin(namespace_cluster, transport):

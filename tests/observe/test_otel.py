@@ -117,7 +117,7 @@ def test_spans_link_across_real_processes(tmp_path, monkeypatch, memory_otel):
         relay = procs.slice(gpus=0).spawn("relay", Relay)
         echo = procs.slice(gpus=1).spawn("echo", Echo)
         assert relay.relay.call_one(echo, 41).get() == 42
-        workers = sorted(danaus.core.config.current_world().launcher.children())
+        workers = sorted(danaus.core.config.current_world().children.procs())
         spans = otel.spans_here()
         for proc in workers:
             spans += agent_of(proc).probe.call_one(otel.spans_here).get(timeout=30)

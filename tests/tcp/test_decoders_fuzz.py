@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from danaus.core import serialize, wire
+from danaus.core.settings import Limits
 from danaus.transports.tcp import control, memory
 from danaus.transports.tcp.buffers import STORAGE_FROM, BufferCache
-from danaus.transports.tcp.limits import Limits
 from danaus.transports.tcp.records import (
     CARRIED_BYTES,
     INLINE_BYTES,

@@ -181,7 +181,7 @@ def test_log_handlers_made_before_the_worker_started_are_prefixed_too():
         "early.addHandler(logging.StreamHandler(sys.__stderr__))\n"
         "early.propagate = False\n"
         "from danaus.transports.tcp import output\n"
-        "output.install('p0')\n"
+        "output.install('p0', 'INFO')\n"
         "early.warning('made on import')\n"
     )
     result = subprocess.run(

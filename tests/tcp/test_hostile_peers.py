@@ -16,11 +16,11 @@ import pytest
 import zmq
 
 from danaus import Actor, context, endpoint, this_host
+from danaus.core.settings import Limits, MiB
 from danaus.transports import challenge
 from danaus.transports.tcp import handshakes
 from danaus.transports.tcp.handshakes import HandshakeMonitor
 from danaus.transports.tcp.ioloop import IoLoop
-from danaus.transports.tcp.limits import Limits, MiB
 from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.tcp.security import JobKeys, ZapHandler
 from danaus.transports.tcp.sockets import bind_router

@@ -8,46 +8,49 @@ import pytest
 
 import danaus
 from danaus.core import config
-from danaus.transports.tcp.limits import Limits, MiB
+from danaus.core.settings import Limits, MiB, Settings
 from danaus.transports.tcp.refusals import RefusalLog
 
 
 @pytest.fixture(autouse=True)
 def _forget_configure(monkeypatch):
-    """``configure`` here only checks options; the next test starts with the choice it had."""
-    monkeypatch.setattr(config, "_choice", config._choice)
+    """``configure`` here only checks options; the next test starts with the settings it had."""
+    monkeypatch.setattr(config, "_given", config._given)
 
 
 def test_options_override_the_environment_which_overrides_the_defaults(monkeypatch):
-    assert Limits.from_options() == Limits()
+    assert Settings.from_environment({}).job_options() == Settings().job_options()
+    assert isinstance(Settings(), Limits)
     monkeypatch.setenv("DANAUS_FRAME_BYTES", str(2 * MiB))
     monkeypatch.setenv("DANAUS_HANDSHAKE_TIMEOUT", "0.5")
-    assert Limits.from_options().frame_bytes == 2 * MiB
-    assert Limits.from_options().handshake_timeout == 0.5
-    assert Limits.from_options(frame_bytes=MiB, handshake_timeout=None).frame_bytes == MiB
+    assert Settings.from_environment().frame_bytes == 2 * MiB
+    assert Settings.from_environment().handshake_timeout == 0.5
+    assert Settings.from_environment().given(frame_bytes=MiB).frame_bytes == MiB
+    danaus.configure(transport="tcp", frame_bytes=MiB)
+    assert (config.settings().frame_bytes, config.settings().handshake_timeout) == (MiB, 0.5)
 
 
 @pytest.mark.parametrize(
-    ("options", "message"),
+    ("options", "error", "message"),
     [
-        ({"max_message_bytes": True}, "max_message_bytes must be an int"),
-        ({"max_message_bytes": 0}, "max_message_bytes must be at least 1"),
-        ({"frame_bytes": 1024}, "frame_bytes must be at least 65536"),
-        ({"frame_bytes": 8 * MiB, "max_message_bytes": MiB}, "must not exceed"),
-        ({"handshake_timeout": 0}, "positive"),
-        ({"handshake_timeout": float("inf")}, "finite"),
-        ({"handshake_timeout": "soon"}, "not a number"),
-        ({"max_pending_handshakes": 2.5}, "must be an int"),
+        ({"max_message_bytes": True}, TypeError, "max_message_bytes must be an int or None"),
+        ({"max_message_bytes": 0}, ValueError, "max_message_bytes must be at least 1"),
+        ({"frame_bytes": 1024}, ValueError, "frame_bytes must be at least 65536"),
+        ({"frame_bytes": 8 * MiB, "max_message_bytes": MiB}, ValueError, "must not exceed"),
+        ({"handshake_timeout": 0}, ValueError, "positive"),
+        ({"handshake_timeout": float("inf")}, ValueError, "finite"),
+        ({"handshake_timeout": "soon"}, TypeError, "handshake_timeout must be a number"),
+        ({"max_pending_handshakes": 2.5}, TypeError, "must be an int"),
     ],
 )
-def test_bad_limits_are_refused_by_configure(options, message):
-    with pytest.raises(ValueError, match=message):
+def test_bad_limits_are_refused_by_configure(options, error, message):
+    with pytest.raises(error, match=message):
         danaus.configure(transport="tcp", **options)
 
 
 def test_a_bad_environment_variable_is_named(monkeypatch):
     monkeypatch.setenv("DANAUS_MAX_PENDING_HANDSHAKES", "lots")
-    with pytest.raises(ValueError, match="DANAUS_MAX_PENDING_HANDSHAKES='lots' is not a number"):
+    with pytest.raises(ValueError, match="DANAUS_MAX_PENDING_HANDSHAKES='lots' is not an int"):
         danaus.configure(transport="tcp")
 
 

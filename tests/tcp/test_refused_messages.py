@@ -13,7 +13,7 @@ import danaus
 from danaus import Actor, MessageTooLargeError, endpoint, this_host
 from danaus.core.actor_mesh import placement_of
 from danaus.core.config import current_world
-from danaus.transports.tcp.limits import MiB
+from danaus.core.settings import MiB
 from tests.tcp.conftest import wait_until
 
 LOWER = 4 * MiB
@@ -23,9 +23,8 @@ def lower_the_limit(limit: int = LOWER) -> None:
     """This proc sends and receives at most ``limit`` bytes a message from now on (set before
     its first)."""
     world = current_world()
-    lowered = msgspec.structs.replace(world.limits, max_message_bytes=limit)
-    world.limits = world.transport.limits = lowered
-    world.max_message_bytes = limit
+    lowered = msgspec.structs.replace(world.options, max_message_bytes=limit)
+    world.options = world.transport.limits = lowered  # type: ignore[attr-defined]
     plane = world.transport.data
     for holder in (plane, getattr(plane, "small", None)):
         if holder is not None and hasattr(holder, "limits"):

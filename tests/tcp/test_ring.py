@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from danaus import Actor, context, endpoint, this_host
+from danaus.core.settings import MiB
 from danaus.transports.tcp import ring
 from danaus.transports.tcp.buffers import BufferCache
-from danaus.transports.tcp.limits import MiB
 from danaus.transports.tcp.records import (
     LENGTH,
     RING_RECORD,

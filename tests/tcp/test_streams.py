@@ -19,10 +19,12 @@ from typing import Any
 import pytest
 
 from danaus.core import serialize
+from danaus.core.settings import ENVELOPE_ROOM, Limits, MiB
+from danaus.core.transport import ProcLoss
 from danaus.transports import challenge
-from danaus.transports.tcp import ring
+from danaus.transports.tcp import control, ring
 from danaus.transports.tcp.buffers import BufferCache, allocate
-from danaus.transports.tcp.limits import ENVELOPE_ROOM, Limits, MiB
+from danaus.transports.tcp.peers import Peers
 from danaus.transports.tcp.records import LENGTH, RING_RECORD
 from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.tcp.security import JobKeys
@@ -118,6 +120,7 @@ def make_plane(
         "127.0.0.1",
         limits or Limits(),
         loop.loop,
+        Peers(),
         inbox.receive,
         lambda dest: None,
         RefusalLog(lambda delay, flush: None),  # these tests count no refusals
@@ -130,13 +133,19 @@ def make_plane(
     return plane, inbox
 
 
+def introduce(plane: StreamPlane, peer: str, address: str) -> None:
+    """Tell ``plane`` where ``peer`` receives data, as its proc's control plane does."""
+    plane.peers.learn(peer, control.Address(f"tcp://{peer}:1", address))
+    plane.resolved(peer)
+
+
 def connected(
     loop: Loop, keys: JobKeys, limits: Limits | None = None
 ) -> tuple[StreamPlane, StreamPlane, Inbox]:
     """Planes ``a`` and ``b``, ``a`` connected to ``b`` (a first message has arrived)."""
     sender, _ = make_plane(loop, "a", keys, limits)
     receiver, inbox = make_plane(loop, "b", keys, limits)
-    sender.resolved("b", receiver.address)
+    introduce(sender, "b", receiver.address)
     sender.send("b", [b"hello"])
     inbox.wait_for(1)
     return sender, receiver, inbox
@@ -191,7 +200,7 @@ def test_messages_of_every_size_arrive_whole_and_in_order(
     limits = Limits(frame_bytes=frame_bytes)
     sender, _ = make_plane(loop, "a", keys, limits)
     receiver, inbox = make_plane(loop, "b", keys, limits)
-    sender.resolved("b", receiver.address)
+    introduce(sender, "b", receiver.address)
     sizes = [0, 1, 100, 128 * 1024, 128 * 1024 + 1, 300 * 1024, 9 * MiB + 7, 5]
     sent = [[b"D", os.urandom(size), b"tail"] for size in sizes]
     for message in sent:
@@ -259,8 +268,8 @@ def test_a_peer_on_this_host_is_reached_over_its_unix_socket_else_over_tcp(loop)
     near, near_inbox = make_plane(loop, "near", keys)
     far, far_inbox = make_plane(loop, "far", keys)
     host, port, _ = parse_address(far.address)
-    sender.resolved("near", near.address)
-    sender.resolved("far", f"tcp://{host}:{port},local:danaus-not-on-this-host")
+    introduce(sender, "near", near.address)
+    introduce(sender, "far", f"tcp://{host}:{port},local:danaus-not-on-this-host")
     sender.send("near", [b"to near"])
     sender.send("far", [b"to far"])
     assert near_inbox.wait_for(1) == [("a", [b"to near"])]
@@ -273,7 +282,7 @@ def test_each_thread_sending_to_a_peer_keeps_its_order(loop):
     keys = JobKeys.generate()
     sender, _ = make_plane(loop, "a", keys)
     receiver, inbox = make_plane(loop, "b", keys)
-    sender.resolved("b", receiver.address)
+    introduce(sender, "b", receiver.address)
 
     def send_from(thread: int) -> None:
         for number in range(300):
@@ -303,6 +312,7 @@ def test_messages_sent_before_the_address_is_known_go_out_once_it_is(loop):
         "127.0.0.1",
         Limits(),
         loop.loop,
+        Peers(),
         inbox.receive,
         asked.append,
         RefusalLog(lambda delay, flush: None),  # these tests count no refusals
@@ -315,20 +325,21 @@ def test_messages_sent_before_the_address_is_known_go_out_once_it_is(loop):
     sender.send("b", [b"first"])
     sender.send("b", [b"second"])
     assert asked == ["b"], "the address is asked for once"
-    sender.resolved("b", receiver.address)
+    introduce(sender, "b", receiver.address)
     assert [frames for _, frames in arrived.wait_for(2)] == [[b"first"], [b"second"]]
 
 
-def test_a_peer_that_cannot_be_reached_is_reported_and_its_messages_dropped_once_forgotten(loop):
+def test_a_peer_that_cannot_be_reached_is_reported_and_its_messages_dropped_once_lost(loop):
     keys = JobKeys.generate()
     unreachable = threading.Event()
     sender, _ = make_plane(loop, "a", keys, unreachable=lambda dest: unreachable.set())
     gone, _ = make_plane(loop, "b", keys)
     loop.run(gone.stop)
     sender.send("b", [b"lost"])
-    sender.resolved("b", gone.address)
+    introduce(sender, "b", gone.address)
     assert unreachable.wait(30), "the refused connection was not reported"
     assert loop.run(sender.unsent)
+    sender.peers.lose(ProcLoss("b", "is gone"))
     sender.forget("b")
     assert not loop.run(sender.unsent)
 
@@ -351,9 +362,9 @@ def test_a_peer_with_another_key_is_refused_and_logged(loop, caplog):
     receiver, inbox = make_plane(loop, "b", JobKeys.generate())
     intruder, _ = make_plane(loop, "x", JobKeys.generate())
     member, _ = make_plane(loop, "a", JobKeys(receiver.keys.public, receiver.keys.secret))
-    intruder.resolved("b", receiver.address)
+    introduce(intruder, "b", receiver.address)
     intruder.send("b", [b"let me in"])
-    member.resolved("b", receiver.address)
+    introduce(member, "b", receiver.address)
     member.send("b", [b"member"])
     assert inbox.wait_for(1) == [("a", [b"member"])]
     deadline = time.monotonic() + 10
@@ -379,7 +390,7 @@ def test_a_peer_that_fails_the_challenge_is_reported_broken(loop):
 
     threading.Thread(target=serve, daemon=True).start()
     port = impostor.getsockname()[1]
-    sender.resolved("b", f"tcp://127.0.0.1:{port},local:elsewhere")
+    introduce(sender, "b", f"tcp://127.0.0.1:{port},local:elsewhere")
     sender.send("b", [b"secret"])
     try:
         peer, why = inbox.wait_for_break()
@@ -458,7 +469,7 @@ def test_a_message_over_the_limit_is_refused_unread_and_the_connection_goes_on(
     sender, _ = make_plane(loop, "a", keys, Limits(frame_bytes=MiB))
     limits = Limits(max_message_bytes=4 * MiB, frame_bytes=MiB)
     receiver, inbox = make_plane(loop, "b", keys, limits)
-    sender.resolved("b", receiver.address)
+    introduce(sender, "b", receiver.address)
     sender.send("b", [b"D", b"envelope", bytes(5 * MiB), b"tail"])
     sender.send("b", [b"D", b"after"])
     (_, refused), after = inbox.wait_for(2)
@@ -479,7 +490,7 @@ def test_a_connection_its_receiver_closed_is_reported_broken_not_left_half_open(
     sender, sender_inbox = make_plane(loop, "a", keys)
     receiver, inbox = make_plane(loop, "b", keys)
     host, port, local = parse_address(receiver.address)
-    sender.resolved("b", f"tcp://{host}:{port},local:{local if way == 'local' else 'elsewhere'}")
+    introduce(sender, "b", f"tcp://{host}:{port},local:{local if way == 'local' else 'elsewhere'}")
     sender.send("b", [b"hello"])
     inbox.wait_for(1)
     loop.run(receiver._close_inbound_from, "a")
@@ -514,7 +525,7 @@ def test_draining_before_stop_sends_what_waited_for_an_address(loop):
     sender.send("b", [b"last words"])
     draining = asyncio.run_coroutine_threadsafe(sender.drain(timeout=30), loop.loop)
     assert sender.unsent()
-    sender.resolved("b", receiver.address)
+    introduce(sender, "b", receiver.address)
     draining.result(30)
     assert not sender.unsent()
     loop.run(sender.stop)
@@ -711,8 +722,8 @@ def test_no_descriptor_is_left_once_the_planes_are_closed():
         keys = JobKeys.generate()
         sender, sender_inbox = make_plane(running, "a", keys)
         receiver, inbox = make_plane(running, "b", keys)
-        sender.resolved("b", receiver.address)
-        receiver.resolved("a", sender.address)
+        introduce(sender, "b", receiver.address)
+        introduce(receiver, "a", sender.address)
         sender.send("b", [os.urandom(3 * MiB)])
         receiver.send("a", [os.urandom(3 * MiB)])
         inbox.wait_for(1)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from danaus.transports.tcp.forkserver import preload_from
+from danaus.core.settings import Settings
 from tests.conformance.transports import Transport, available
 
 pytest.importorskip("torch")
@@ -43,7 +43,7 @@ def run(transport: Transport) -> Callable[..., Any]:
     """Run a controller ``main`` on the transport under test."""
     if not transport.real:
         return transport.run
-    return functools.partial(transport.run, preload=[*preload_from(None), "torch"])
+    return functools.partial(transport.run, preload=[*Settings.read("preload"), "torch"])
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from danaus.core.settings import Settings
 from danaus.transports.ucx.fabric import BulkRoutes, bulk_routes, rdma_devices, ucx_may_use_rdma
 
 
@@ -44,16 +45,17 @@ def test_a_device_counts_unless_ucx_tls_names_only_transports_without_rdma(
 def test_by_default_large_messages_take_ucx_only_to_other_hosts_and_only_over_rdma(
     with_device: Path, tmp_path: Path
 ) -> None:
-    assert bulk_routes({}, with_device) == BulkRoutes(False, True, "")
-    without = bulk_routes({"DANAUS_UCX_BULK": "auto"}, tmp_path / "absent")
+    assert bulk_routes("auto", {}, with_device) == BulkRoutes(False, True, "")
+    without = bulk_routes("auto", {}, tmp_path / "absent")
     assert (without.on_this_host, without.between_hosts) == (False, False)
     assert "no RDMA device" in without.why
 
 
 def test_bulk_ucx_sends_every_large_message_over_ucx(tmp_path: Path) -> None:
-    assert bulk_routes({"DANAUS_UCX_BULK": "ucx"}, tmp_path) == BulkRoutes(True, True, "")
+    assert bulk_routes("ucx", {}, tmp_path) == BulkRoutes(True, True, "")
 
 
-def test_an_unknown_setting_is_refused_with_what_is_expected(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"DANAUS_UCX_BULK='rdma': expected 'auto'.*'ucx'"):
-        bulk_routes({"DANAUS_UCX_BULK": "rdma"}, tmp_path)
+def test_an_unknown_setting_is_refused_with_what_is_expected() -> None:
+    expected = r"DANAUS_UCX_BULK='rdma': ucx_bulk must be one of auto, ucx"
+    with pytest.raises(ValueError, match=expected):
+        Settings.from_environment({"DANAUS_UCX_BULK": "rdma"})

@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("ucxx")
 
+from danaus.core.settings import Limits, MiB
 from danaus.transports.tcp.control import DATA
-from danaus.transports.tcp.limits import Limits, MiB
 from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.ucx.plane import UcxPlane
 

@@ -17,8 +17,8 @@ pytest.importorskip("ucxx")
 import danaus
 from danaus import Actor, context, endpoint, this_host
 from danaus.core import config
+from danaus.core.settings import Limits
 from danaus.transports.tcp.control import DATA
-from danaus.transports.tcp.limits import Limits
 from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.ucx.plane import UcxPlane
 from tests.tcp.conftest import wait_until

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 import danaus
+from danaus.core.settings import Settings
 from danaus.transports.verbs import hardware
 from danaus.transports.verbs.device import (
     REMOTE,
@@ -35,7 +36,6 @@ from danaus.transports.verbs.device import (
     WcStatus,
     WrOpcode,
 )
-from danaus.transports.verbs.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 HAS_PYVERBS = importlib.util.find_spec("pyverbs") is not None
@@ -151,13 +151,13 @@ def test_the_first_active_port_of_the_first_device_that_has_one_is_chosen(fake_p
     _, name, port, _ = hardware._open_port(Settings())
     assert (name, port) == ("mlx5_1", 2)
     fake_pyverbs.update({"mlx5_0": {1: DOWN, 2: ACTIVE}})
-    assert hardware._open_port(Settings(port=2))[1:3] == ("mlx5_0", 2)
+    assert hardware._open_port(Settings(verbs_port=2))[1:3] == ("mlx5_0", 2)
 
 
 def test_a_device_that_is_not_there_is_named_with_those_that_are(fake_pyverbs):
     fake_pyverbs.update({"mlx5_0": {1: ACTIVE}, "mlx5_1": {1: ACTIVE}})
     with pytest.raises(NoDeviceError) as raised:
-        hardware.check(Settings(device="mlx5_7"))
+        hardware.check(Settings(verbs_device="mlx5_7"))
     message = str(raised.value)
     assert message == (
         "no RDMA device named 'mlx5_7' on this host (it has mlx5_0, mlx5_1): "
@@ -168,7 +168,7 @@ def test_a_device_that_is_not_there_is_named_with_those_that_are(fake_pyverbs):
 def test_a_device_without_an_active_port_is_refused(fake_pyverbs):
     fake_pyverbs.update({"mlx5_0": {1: DOWN}})
     with pytest.raises(NoDeviceError, match="no active RDMA port on mlx5_0 port 1") as raised:
-        hardware.check(Settings(device="mlx5_0", port=1))
+        hardware.check(Settings(verbs_device="mlx5_0", verbs_port=1))
     assert one_sentence(str(raised.value))
     fake_pyverbs.clear()
     with pytest.raises(NoDeviceError, match="no RDMA device found on this host"):

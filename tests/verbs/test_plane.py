@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from danaus.core.settings import Limits
 from danaus.transports.tcp.ioloop import IoLoop
-from danaus.transports.tcp.limits import Limits
 from danaus.transports.verbs import setup
 from danaus.transports.verbs.device import Timeouts
 from danaus.transports.verbs.emulated import EmulatedDevice

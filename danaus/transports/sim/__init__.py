@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from danaus.core import config
-from danaus.core.casting import DEFAULT_FANOUT, fanout_from
+from danaus.core.settings import Settings
 from danaus.core.trace import Trace
 from danaus.transports.sim.loop import SimulationStalled, SimulationTimeLimit, VirtualTimeLoop
 from danaus.transports.sim.network import NetworkModel
-from danaus.transports.sim.world import SimWorld, check_message_bytes
+from danaus.transports.sim.world import SimWorld
 
 __all__ = [
+    "OPTIONS",
     "NetworkModel",
     "SimRun",
     "SimWorld",
@@ -34,8 +34,12 @@ __all__ = [
 World = SimWorld
 """The world class of this transport."""
 
+OPTIONS = frozenset({"hosts", "seed", "network", "time_limit", "schedule_seed", "trace_dir"})
+"""The settings the simulator takes besides those of every transport."""
 
-def create_world(cast_fanout: int = DEFAULT_FANOUT, **options: Any) -> SimWorld:
+
+def create_world(settings: Settings) -> SimWorld:
+    """A simulated world made from ``settings`` (`configured` has checked them)."""
     try:
         running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
     except RuntimeError:
@@ -49,9 +53,7 @@ def create_world(cast_fanout: int = DEFAULT_FANOUT, **options: Any) -> SimWorld:
             "asyncio.run, say): call danaus.configure() before asyncio.run, or run the "
             "coroutine with loop_factory=danaus.sim.loop_factory"
         )
-    world = SimWorld(**options)
-    world.cast_fanout = cast_fanout
-    return world
+    return SimWorld(settings)
 
 
 def _main_loop() -> VirtualTimeLoop | None:
@@ -119,27 +121,15 @@ class _SimLoopPolicy(asyncio.AbstractEventLoopPolicy):
             self.previous.set_child_watcher(watcher)
 
 
-def configured(
-    hosts: int = 1,
-    seed: int = 0,
-    network: NetworkModel | None = None,
-    time_limit: float = math.inf,
-    schedule_seed: int | None = None,
-    max_message_bytes: int | None = None,
-) -> None:
-    """Check the options and route ``asyncio.run`` to the simulator's loop."""
-    if not isinstance(hosts, int) or isinstance(hosts, bool) or hosts < 1:
-        raise ValueError(f"hosts must be a positive int, got {hosts!r}")
-    _check_schedule_seed(schedule_seed)
-    check_message_bytes(max_message_bytes)
+def configured(settings: Settings) -> None:
+    """Check what the simulator needs of ``settings``, and route ``asyncio.run`` to its loop."""
+    _check_network(settings)
     route_asyncio_run()
 
 
-def _check_schedule_seed(schedule_seed: int | None) -> None:
-    if schedule_seed is not None and (
-        not isinstance(schedule_seed, int) or isinstance(schedule_seed, bool)
-    ):
-        raise ValueError(f"schedule_seed must be an int, got {schedule_seed!r}")
+def _check_network(settings: Settings) -> None:
+    if settings.network is not None and not isinstance(settings.network, NetworkModel):
+        raise TypeError(f"network must be a danaus.sim.NetworkModel, not {settings.network!r}")
 
 
 def route_asyncio_run() -> None:
@@ -185,20 +175,25 @@ def run(
     loop. Every mesh is stopped when ``main`` returns.
     ``schedule_seed`` (by default ``$DANAUS_SCHEDULE_SEED``, else 0) picks the
     interleaving of concurrent events to explore; 0 is the default one.
-    ``cast_fanout`` is as for ``danaus.configure``; ``max_message_bytes`` (None: no
-    limit) bounds the payload of each message, as on the real transports.
+    ``cast_fanout`` is as for ``danaus.configure`` (None: ``$DANAUS_CAST_FANOUT``,
+    else 8); ``max_message_bytes`` (None: no limit) bounds the payload of each
+    message, as on the real transports. The other settings come from the
+    environment, as for any world, not from ``configure``.
     """
-    _check_schedule_seed(schedule_seed)
-    fanout = fanout_from(cast_fanout)
-    route_asyncio_run()
-    world = SimWorld(
-        hosts=hosts,
-        seed=seed,
-        network=network,
-        schedule_seed=schedule_seed,
-        max_message_bytes=max_message_bytes,
+    given = {
+        "hosts": hosts,
+        "seed": seed,
+        "network": network,
+        "max_message_bytes": max_message_bytes,
+        "schedule_seed": schedule_seed,
+        "cast_fanout": cast_fanout,
+    }
+    settings = Settings.from_environment().given(
+        **{name: value for name, value in given.items() if value is not None}
     )
-    world.cast_fanout = fanout
+    _check_network(settings)
+    route_asyncio_run()
+    world = SimWorld(settings)
     previous = config.install(world)
     try:
         if inspect.iscoroutinefunction(main):

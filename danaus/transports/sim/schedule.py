@@ -21,7 +21,6 @@ runs exactly as it always has.
 
 from __future__ import annotations
 
-import os
 import random
 from collections.abc import Callable
 from typing import Any
@@ -29,25 +28,11 @@ from typing import Any
 from danaus.core.context import peek_context
 from danaus.transports.sim.loop import Handle
 
-ENVIRONMENT = "DANAUS_SCHEDULE_SEED"
-"""The environment variable that sets the schedule seed of worlds that are not given one."""
-
 _MEAN_DELAYS = (10e-6, 100e-6, 1e-3)
 """The mean extra latency of a message: each seed picks one."""
 
 _WAIT_CHANCES = (0.0, 0.1, 0.3)
 """How often an actor's callbacks wait for the next iteration: each seed picks one."""
-
-
-def seed_from_environment() -> int:
-    """The schedule seed in ``DANAUS_SCHEDULE_SEED`` (0 when unset)."""
-    text = os.environ.get(ENVIRONMENT, "").strip()
-    if not text:
-        return 0
-    try:
-        return int(text)
-    except ValueError:
-        raise ValueError(f"{ENVIRONMENT} must be an integer seed, got {text!r}") from None
 
 
 def owner_of(handle: Handle) -> Any:

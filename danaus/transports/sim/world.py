@@ -16,6 +16,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, NoReturn
 
+import msgspec
+
 from danaus.core import config
 from danaus.core import trace as ev
 from danaus.core.blocking import GreenletRunner, cancel_leftover_tasks
@@ -25,6 +27,7 @@ from danaus.core.names import NumberedNames
 from danaus.core.owned import STOP_TIMEOUT
 from danaus.core.runtime import Runtime
 from danaus.core.serialize import loads
+from danaus.core.settings import Settings
 from danaus.core.trace import Trace
 from danaus.core.transport import ROOT, ActorRunner, Launcher, ProcSpec, World
 from danaus.core.waits import describe_waits
@@ -32,14 +35,14 @@ from danaus.transports.sim import clocks, outside_waits, process_end
 from danaus.transports.sim.collector import CollectorTuning
 from danaus.transports.sim.loop import Handle, VirtualTimeLoop
 from danaus.transports.sim.network import LIVE, NetworkModel, SimNetwork
-from danaus.transports.sim.schedule import Exploration, owner_of, seed_from_environment
+from danaus.transports.sim.schedule import Exploration, owner_of
 from danaus.transports.sim.threads import StoppedThreads
 from danaus.transports.sim.timeline import Timeline
 
 log = logging.getLogger("danaus.sim")
 
-TRACE_DIR = "DANAUS_TRACE_DIR"
-"""The environment variable naming a folder where each simulated world writes its trace."""
+PROCS_PER_HOST = 1_000_000
+"""The procs a simulated host runs at most: as many as it is asked to, in practice."""
 
 FIRST_PID = 2**22 + 1
 """The pid of the first simulated proc: above Linux's largest (PID_MAX_LIMIT), so that no real
@@ -145,12 +148,6 @@ def _is_danaus_coroutine(coro: Any) -> bool:
     return frame is not None and frame.f_globals.get("__name__", "").startswith("danaus.")
 
 
-def check_message_bytes(value: object) -> None:
-    """Raise ``ValueError`` unless ``value`` is a ``max_message_bytes``: None, or an int >= 1."""
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-        raise ValueError(f"max_message_bytes must be a positive int, got {value!r}")
-
-
 class SimWorld(World):
     """Hosts ``h0``..``h{n-1}``, each with a host agent proc; the controller is ``root`` on ``h0``.
 
@@ -160,40 +157,33 @@ class SimWorld(World):
     Waits outside Danaus on its thread run it on virtual time (`outside_waits`),
     an actor that ends its own process ends only its proc (`process_end`), and
     the code of each proc reads its own clocks (`clocks`).
-    ``schedule_seed`` (by default ``DANAUS_SCHEDULE_SEED``, else 0) picks the
-    interleaving explored (`schedule`); 0 perturbs nothing.
-    When ``DANAUS_TRACE_DIR`` is set, the world writes its trace there at shutdown.
-    ``max_message_bytes`` (None: no limit) bounds the payload of every message, as
-    on the real transports: a larger one is refused where it is sent.
+    The settings it is made from (`Settings`) give its ``hosts``, ``seed``,
+    ``network`` and ``time_limit``; ``schedule_seed`` picks the interleaving
+    explored (`schedule`), 0 perturbing nothing; with ``trace_dir``, the world
+    writes its trace there at shutdown. Of the job's options it applies
+    ``cast_fanout`` and ``max_message_bytes`` (None: no limit), which bounds the
+    payload of every message as on the real transports; a simulated host runs as
+    many procs as it is asked to.
     """
 
     name = "sim"
     deterministic = True
     procs_in_process = True
-    max_procs_per_host = 1_000_000
 
-    def __init__(
-        self,
-        hosts: int = 1,
-        seed: int = 0,
-        network: NetworkModel | None = None,
-        time_limit: float = math.inf,
-        schedule_seed: int | None = None,
-        max_message_bytes: int | None = None,
-    ) -> None:
-        if not isinstance(hosts, int) or isinstance(hosts, bool) or hosts < 1:
-            raise ValueError(f"hosts must be a positive int, got {hosts!r}")
-        check_message_bytes(max_message_bytes)
-        self.max_message_bytes = max_message_bytes
-        self.seed = seed
-        self.schedule_seed = seed_from_environment() if schedule_seed is None else schedule_seed
+    def __init__(self, settings: Settings) -> None:
+        self.options = msgspec.structs.replace(
+            settings.job_options(), max_procs_per_host=PROCS_PER_HOST
+        )
+        self.seed = seed = settings.seed
+        self.schedule_seed = settings.schedule_seed
+        self._trace_dir = settings.trace_dir
         self.thread = threading.get_ident()
         self.timeline = Timeline()
         self.loop = VirtualTimeLoop(self.timeline)
         self.loop.keep_open = self._has_procs
         self.loop.before_close = self._loop_closing
         self.loop.closes_asyncgen = lambda _: peek_context() is None
-        self.loop.time_limit = time_limit
+        self.loop.time_limit = settings.time_limit
         self.loop.describe_stall = self._describe_stall
         # The trace reads the clock for every event it records, a few per message:
         # reading the attribute through `partial` and `getattr` runs no Python frame.
@@ -205,7 +195,7 @@ class SimWorld(World):
         self.network = SimNetwork(
             self.timeline,
             self.loop,
-            network or NetworkModel(),
+            settings.network or NetworkModel(),
             random.Random(self.rng.random()),
             self.trace,
         )
@@ -227,7 +217,7 @@ class SimWorld(World):
         self._cluster_tasks: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
         self.loop.set_task_factory(self._make_task)
         self._runner = GreenletRunner(self.loop)
-        self._hosts = NumberedNames("h", hosts)
+        self._hosts = NumberedNames("h", settings.hosts)
         self._hosts_set = frozenset(self._hosts)
         self._closed = False
         for host in self._hosts:
@@ -391,11 +381,11 @@ class SimWorld(World):
         self.loop.run_until_complete(cancel_leftover_tasks())
 
     def _write_trace(self) -> None:
-        """Save the trace as JSON lines in ``$DANAUS_TRACE_DIR``, if set (for a test's report)."""
-        folder = os.environ.get(TRACE_DIR)
-        if not folder:
+        """Save the trace as JSON lines in the ``trace_dir`` of its settings, if any (for a
+        test's report)."""
+        if self._trace_dir is None:
             return
-        path = Path(folder)
+        path = Path(self._trace_dir)
         path.mkdir(parents=True, exist_ok=True)
         name = f"seed{self.seed}-schedule{self.schedule_seed}-pid{os.getpid()}"
         taken = len(list(path.glob(f"{name}-*.jsonl")))

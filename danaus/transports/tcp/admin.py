@@ -35,12 +35,15 @@ import zmq
 
 from danaus.admin import jobfile, protocol
 from danaus.admin.signals import RemoveOnSignal
+from danaus.core.settings import Limits
 from danaus.transports.tcp.handshakes import HandshakeMonitor
+from danaus.transports.tcp.ioloop import IoLoop
+from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.tcp.security import JobKeys, ZapHandler
 from danaus.transports.tcp.sockets import bind_router
 
 if TYPE_CHECKING:
-    from danaus.transports.tcp.world import TcpWorld
+    from danaus.admin.service import AdminService
 
 log = logging.getLogger("danaus.admin")
 
@@ -49,25 +52,42 @@ ANSWER_BYTES = 256 * 2**20
 
 
 class AdminSocket:
-    """The controller's admin ROUTER, served on the world's I/O thread."""
+    """The controller's admin ROUTER, served on its I/O thread (``io``); answered on ``loop``
+    once it serves an `AdminService`."""
 
-    def __init__(self, world: TcpWorld, bind_host: str) -> None:
+    def __init__(
+        self,
+        *,
+        io: IoLoop,
+        loop: asyncio.AbstractEventLoop,
+        bind_host: str,
+        limits: Limits,
+        refusals: RefusalLog,
+        proc_id: str,
+        transport: str,
+    ) -> None:
         """Bind (call before the I/O thread starts: the ZAP handler registers with it)."""
-        self._world = world
+        self._io = io
+        self._loop = loop
+        self._transport = transport
         self.keys = JobKeys.generate()
         self._context = zmq.Context()
-        self._zap = ZapHandler(self._context, world.io, self.keys)
-        self._router = bind_router(self._context, self.keys, bind_host, world.limits)
+        self._zap = ZapHandler(self._context, io, self.keys)
+        self._router = bind_router(self._context, self.keys, bind_host, limits)
         self.address = self._router.last_endpoint.decode()
         self._monitor = HandshakeMonitor(
-            self._router, world.io, world.transport.refusals, f"the admin socket of {world.proc_id}"
+            self._router, io, refusals, f"the admin socket of {proc_id}"
         )
+        self._service: AdminService | None = None
+        """What answers the requests; None while the controller starts."""
         self.job_file: Path | None = None
         self._on_signal: RemoveOnSignal | None = None
-        world.io.add_reader(self._router, self._readable)
+        io.add_reader(self._router, self._readable)
 
-    def publish(self) -> None:
-        """Write the job file, so that tools on this host find the job."""
+    def serve(self, service: AdminService) -> None:
+        """Answer requests with ``service`` from now on, and write the job file, so that tools
+        on this host find the job."""
+        self._service = service
         job = jobfile.JobFile(
             pid=os.getpid(),
             pid_started=jobfile.process_started(os.getpid()),
@@ -77,7 +97,7 @@ class AdminSocket:
             secret_key=self.keys.secret.decode(),
             started=time.time(),
             argv=list(sys.argv),
-            transport=self._world.name,
+            transport=self._transport,
         )
         try:
             self.job_file = jobfile.write(job)
@@ -95,11 +115,11 @@ class AdminSocket:
             with contextlib.suppress(FileNotFoundError):
                 self.job_file.unlink()
             self.job_file = None
-        self._world.io.call_soon(self._close)
+        self._io.call_soon(self._close)
 
     def _close(self) -> None:
         self._monitor.close()
-        self._world.io.remove_reader(self._router)
+        self._io.remove_reader(self._router)
         self._router.close(0)
         self._context.destroy(linger=0)
 
@@ -121,17 +141,17 @@ class AdminSocket:
                 log.error("admin socket: %s", exc)
                 self._send(client, request_id, protocol.Refused(str(exc)))
                 continue
-            admin = self._world.admin
-            if admin is None:
+            service = self._service
+            if service is None:
                 self._send(client, request_id, protocol.Refused("the controller is starting"))
                 continue
-            answer = asyncio.run_coroutine_threadsafe(admin.answer(request), self._world.loop)
+            answer = asyncio.run_coroutine_threadsafe(service.answer(request), self._loop)
             answer.add_done_callback(functools.partial(self._answered, client, request_id))
 
     def _answered(
         self, client: bytes, request_id: bytes, done: concurrent.futures.Future[protocol.Answer]
     ) -> None:
-        self._world.io.call_soon(self._reply, client, request_id, done)
+        self._io.call_soon(self._reply, client, request_id, done)
 
     def _reply(
         self, client: bytes, request_id: bytes, done: concurrent.futures.Future[protocol.Answer]

@@ -7,8 +7,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from danaus.core.awake import WAIT_SPIN_US
-from danaus.core.casting import DEFAULT_FANOUT
+from danaus.core.settings import JobOptions
 
 
 def search_path() -> list[str]:
@@ -32,7 +31,7 @@ def _missing(path: Sequence[str]) -> list[str]:
 
 
 class Bootstrap(msgspec.Struct, frozen=True):
-    """A worker's identity, where its controller is, and the job's key.
+    """A worker's identity, where its controller is, the job's key and the job's options.
 
     Written to the worker's stdin (never its command line, which ``ps`` shows).
     A worker is a proc, or (``host_agent == proc_id``) the host agent that a
@@ -46,33 +45,21 @@ class Bootstrap(msgspec.Struct, frozen=True):
     controller: str
     public_key: bytes
     secret_key: bytes
-    heartbeat_interval: float
-    heartbeat_timeout: float
     parent_pid: int
     sys_path: list[str]
     cwd: str
     bind_host: str
-    trace: bool = False
+    options: JobOptions
+    """The job's options: the controller's, the same in every proc of the job."""
     transport: str = "tcp"
-    encrypt: bool = True
-    limits: dict[str, int | float] = {}
-    """The job's `danaus.transports.tcp.limits.Limits`, as a dict."""
     setup: list[bytes] | None = None
     """The pickled function to run before taking messages (``spawn_procs(bootstrap=...)``)."""
     hosts: list[str] = []
     """The host agents of the job's hosts (``danaus.hosts()``); empty: this host alone."""
     remote: bool = False
     """Whether the proc runs on another host than the controller (its output names its host)."""
-    cast_fanout: int = DEFAULT_FANOUT
-    """The job's ``cast_fanout`` (`danaus.core.casting`)."""
-    preload: list[str] = []
-    """The job's ``preload``: what a host agent's fork server imports (`forkserver`)."""
-    home_cpus: bool = True
-    """The job's ``home_cpus``: whether the procs a host agent starts get home CPUs."""
     home_cpu: int | None = None
     """The CPU this proc's runtime loop thread is pinned to (`danaus.core.home_cpu`), if any."""
-    wait_spin_us: int = WAIT_SPIN_US
-    """The job's ``wait_spin_us``: how long this proc's threads poll before they sleep."""
 
     @property
     def is_host_agent(self) -> bool:

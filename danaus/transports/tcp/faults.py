@@ -18,33 +18,55 @@ one side puts the controller there too.
 from __future__ import annotations
 
 import signal
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING
 
 from danaus.core.faults import Faults, FaultUnsupported, Heal, HostControl, healing_all
-
-if TYPE_CHECKING:
-    from danaus.transports.tcp.world import TcpWorld
+from danaus.transports.tcp.children import Children
+from danaus.transports.tcp.directory import Directory
+from danaus.transports.tcp.ioloop import IoLoop
 
 CONTROLLED = frozenset(("clog", "partition", "isolate"))
 """The network faults a `HostControl` makes possible (cutting links, not shaping them)."""
 
 
 class SignalFaults(Faults):
-    """SIGKILL, SIGSTOP and SIGCONT to the job's worker processes, on any host."""
+    """SIGKILL, SIGSTOP and SIGCONT to the job's worker processes, on any host.
 
-    def __init__(self, world: TcpWorld, control: HostControl | None = None) -> None:
-        self._world = world
+    The controller signals through its ``directory``; ``machines`` are the
+    addresses of the attached hosts' machines, by host agent (a view of the
+    world's, which attaching fills), and ``own_machine`` the controller's, which
+    runs ``own_host``'s procs. In a host
+    agent (no directory), only `workers` answers: the procs of its ``children``.
+    """
+
+    def __init__(
+        self,
+        *,
+        io: IoLoop,
+        directory: Directory | None,
+        children: Children,
+        own_proc: str,
+        own_host: str,
+        own_machine: str,
+        machines: Mapping[str, str],
+        control: HostControl | None = None,
+    ) -> None:
+        self._io = io
+        self._directory = directory
+        self._children = children
+        self._own_proc = own_proc
+        self._own_host = own_host
+        self._own_machine = own_machine
+        self._attached = machines
         self._control = control
         self.network_faults = CONTROLLED if control is not None else frozenset()
 
     def workers(self, host: str) -> list[str]:
-        world = self._world
-        if world.directory is not None:
-            return sorted(world.directory.procs_on(host))
-        if host == world.proc_id:  # a host agent knows the procs it started
-            return sorted(world.launcher.children())
+        if self._directory is not None:
+            return sorted(self._directory.procs_on(host))
+        if host == self._own_proc:  # a host agent knows the procs it started
+            return sorted(self._children.procs())
         raise RuntimeError("faults are injected from the controller")
 
     def crash(self, proc: str) -> None:
@@ -77,7 +99,7 @@ class SignalFaults(Faults):
     def isolate(self, host: str) -> Heal:
         control = self._controlled("isolating a host")
         address = self._address(host)
-        others = [self._world.bind_host, *self._world.host_addresses.values()]
+        others = [self._own_machine, *self._attached.values()]
         return healing_all(
             control.cut(a, b)
             for other in dict.fromkeys(others)
@@ -94,7 +116,7 @@ class SignalFaults(Faults):
         return self._control
 
     def _address(self, host: str) -> str:
-        address = self._world.host_addresses.get(host)
+        address = self._attached.get(host)
         if address is None:
             raise FaultUnsupported(
                 f"host {host} is not an attached worker's: only their machines can be cut off"
@@ -104,12 +126,11 @@ class SignalFaults(Faults):
     def _machines(self, hosts: Sequence[str]) -> list[str]:
         """The addresses of ``hosts``, with the controller's beside its own host's."""
         addresses = [self._address(host) for host in hosts]
-        if self._world.host_agent in hosts:
-            addresses.append(self._world.bind_host)
+        if self._own_host in hosts:
+            addresses.append(self._own_machine)
         return list(dict.fromkeys(addresses))
 
     def _signal(self, proc: str, sig: int) -> None:
-        world = self._world
-        if world.directory is None:
+        if self._directory is None:
             raise RuntimeError("faults are injected from the controller")
-        world.io.call_soon(world.directory.signal, proc, sig)
+        self._io.call_soon(self._directory.signal, proc, sig)

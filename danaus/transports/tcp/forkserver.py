@@ -91,20 +91,6 @@ MAX_REQUEST = 64 * 1024
 """Bytes of a request for a child, at most (its `VOLATILE` values)."""
 
 
-def preload_from(option: Sequence[str] | None) -> tuple[str, ...]:
-    """The modules a fork server imports besides `PRELOAD`: ``option``, else ``DANAUS_PRELOAD``
-    (names separated by commas). Raises `ValueError` for a name that is not a module's."""
-    if option is None:
-        option = os.environ.get("DANAUS_PRELOAD", "").split(",")
-    elif isinstance(option, str):
-        raise TypeError(f"preload takes a list of module names, not the string {option!r}")
-    names = tuple(name.strip() for name in option if name.strip())
-    for name in names:
-        if not all(part.isidentifier() for part in name.split(".")):
-            raise ValueError(f"preload: {name!r} is not the name of a module")
-    return names
-
-
 def _imports(
     preload: Sequence[str], path: Sequence[str] | None = None
 ) -> tuple[tuple[str, ...], list[str]]:

@@ -25,10 +25,9 @@ from pathlib import Path
 import zmq
 
 from danaus.core.attach import USER_KEY, Key
+from danaus.core.settings import Settings, variable
 from danaus.transports.tcp.security import JobKeys
 
-KEY_ENV = "DANAUS_JOB_KEY"
-KEY_FILE_ENV = "DANAUS_JOB_KEY_FILE"
 KEY_CHARS = 40
 
 
@@ -111,20 +110,21 @@ def user_key() -> JobKeys:
     return read(path)
 
 
-def resolve(key: Key) -> JobKeys:
-    """The job's keys: ``key`` (its text, or a path to its file), else from the environment;
-    for `USER_KEY`, from the environment, else the user's own (`user_key`)."""
+def resolve(key: Key, settings: Settings) -> JobKeys:
+    """The job's keys: ``key`` (its text, or a path to its file), else the ``job_key`` or the
+    ``job_key_file`` of ``settings``; for `USER_KEY`, those of ``settings``, else the user's own
+    (`user_key`)."""
     if isinstance(key, os.PathLike):
         return read(key)
     if key is not None and key is not USER_KEY:
         return parse(key)  # type: ignore[arg-type]
-    if os.environ.get(KEY_ENV):
-        return parse(os.environ[KEY_ENV])
-    if os.environ.get(KEY_FILE_ENV):
-        return read(os.environ[KEY_FILE_ENV])
+    if settings.job_key is not None:
+        return resolve(settings.job_key, settings)
+    if settings.job_key_file is not None:
+        return read(settings.job_key_file)
     if key is USER_KEY:
         return user_key()
     raise ValueError(
-        f"no job key: pass key=, or set {KEY_ENV} (the key) or {KEY_FILE_ENV} (a file "
-        "holding it); `danaus key --out FILE` makes one"
+        f"no job key: pass key=, or set {variable('job_key')} (the key) or "
+        f"{variable('job_key_file')} (a file holding it); `danaus key --out FILE` makes one"
     )

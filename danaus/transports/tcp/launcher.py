@@ -4,9 +4,9 @@ from the I/O thread.
 Each worker is ``python -m danaus.transports.tcp.worker`` (or the proc's own
 `BootstrapCommand`, which must end up running it) with its bootstrap
 (including the job's secret key) written to its stdin. Its exit is noticed at
-once through a pidfd and reported to the world's registry (the controller's
+once through a pidfd and reported to its registry (the controller's
 directory, or, on another host, the controller through messages); its stdout
-and stderr are copied, line by line, to the world's output (the controller's
+and stderr are copied, line by line, to its output (the controller's
 terminal, or, on another host, messages to the controller). Workers die with
 whoever launched them: they ask the kernel for a parent-death signal and
 watch their launcher's pidfd, and they exit when the controller's heartbeats
@@ -36,33 +36,30 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Protocol, TypeVar
+from typing import IO, Protocol, TypeVar
 
 import psutil
 
 from danaus.core import home_cpu
 from danaus.core.bootstrap import BootstrapCommand
 from danaus.core.logs import LoggingOptions, OutputAggregator
+from danaus.core.settings import JobOptions
 from danaus.core.transport import Launcher, ProcLoss, ProcSpec
 from danaus.progress import Progress
 from danaus.transports.tcp import control
 from danaus.transports.tcp.allocator import proc_environment
+from danaus.transports.tcp.bootstrap import Bootstrap
 from danaus.transports.tcp.budget import ProcBudget
+from danaus.transports.tcp.children import STDERR, STDOUT, Child, Children, Output
 from danaus.transports.tcp.forkserver import POOL, ForkServer
-from danaus.transports.tcp.ioloop import Settle, settler
+from danaus.transports.tcp.ioloop import IoLoop, Settle, settler
 from danaus.wording import counted
-
-if TYPE_CHECKING:
-    from danaus.transports.tcp.bootstrap import Bootstrap
-    from danaus.transports.tcp.world import TcpWorld
 
 log = logging.getLogger("danaus.launcher")
 
 STARTUP_TIMEOUT = 60.0
 STDERR_TAIL = 20
 WORKER_MODULE = "danaus.transports.tcp.worker"
-STDOUT, STDERR = 1, 2
 
 T = TypeVar("T")
 
@@ -77,6 +74,12 @@ class Registry(Protocol):
         """``loss.proc``, a child of this launcher, is gone."""
 
 
+class MakeBootstrap(Protocol):
+    """What a proc the launcher starts is told: its `Bootstrap` (``fields`` override the rest)."""
+
+    def __call__(self, proc_id: str, name: str, host: str, **fields: object) -> Bootstrap: ...
+
+
 def default_argv() -> list[str]:
     """How a proc's process is started unless its `BootstrapCommand` says otherwise."""
     return [sys.executable, "-m", WORKER_MODULE]
@@ -86,28 +89,6 @@ def default_command() -> BootstrapCommand:
     """`default_argv` as a `BootstrapCommand`, a base for commands of one's own."""
     program, *args = default_argv()
     return BootstrapCommand(program, None, args, {})
-
-
-@dataclass
-class _Child:
-    spec: ProcSpec
-    pid: int
-    stdout: IO[bytes]
-    stderr: IO[bytes]
-    pidfd: int
-    started: Settle
-    stderr_tail: list[str] = field(default_factory=list)
-    partial: dict[int, bytes] = field(default_factory=dict)
-    exited: Settle | None = None
-    cpu_seen: float = -1.0
-    """The CPU time the process had used when `LocalLauncher.process_state` last saw it grow
-    (-1: never looked)."""
-    cpu_seen_at: float = 0.0
-    """When that was (``time.monotonic``)."""
-
-    def outputs(self) -> tuple[tuple[IO[bytes], int], ...]:
-        """The worker's stdout and stderr pipes, each with the stream it is copied to."""
-        return (self.stdout, STDOUT), (self.stderr, STDERR)
 
 
 CLOSE_TIMEOUT = 2.0
@@ -143,12 +124,38 @@ class _Starter:
 
 
 class LocalLauncher(Launcher):
-    """Starts worker processes on this host."""
+    """Starts worker processes on this host.
 
-    def __init__(self, world: TcpWorld) -> None:
-        self.world = world
-        self._children: dict[str, _Child] = {}
-        self._forked: dict[int, _Child] = {}
+    ``proc_id`` is the proc of this process (the host agent of those it starts)
+    on ``host``; ``transport`` names the fork server's; ``options`` are the
+    job's, of which it applies ``preload``, ``home_cpus`` and
+    ``max_procs_per_host``. It registers its children with ``registry`` and
+    keeps them in ``children``; ``bootstrap`` says what each is told,
+    ``send_control`` asks one to exit, and their lines go to ``output``.
+    """
+
+    def __init__(
+        self,
+        *,
+        proc_id: str,
+        host: str,
+        transport: str,
+        options: JobOptions,
+        io: IoLoop,
+        registry: Registry,
+        children: Children,
+        bootstrap: MakeBootstrap,
+        send_control: Callable[[str, control.Control], None],
+        output: Output,
+    ) -> None:
+        self._transport = transport
+        self._options = options
+        self._io = io
+        self._registry = registry
+        self._children = children
+        self._bootstrap = bootstrap
+        self._send_control = send_control
+        self._forked: dict[int, Child] = {}
         """The running children that the fork server started, by pid."""
         self._early_exits: dict[int, int] = {}
         """Exit codes the fork server reported before their child was watched, by pid."""
@@ -157,12 +164,12 @@ class LocalLauncher(Launcher):
         self._forks_tried = False
         self._launched = itertools.count(1)
         """Numbers the procs started here, for their home CPUs (0 is this process's own)."""
-        self.budget = ProcBudget(world.host, world.limits.max_procs_per_host)
+        self.budget = ProcBudget(host, options.max_procs_per_host)
         """The procs started here that have not ended, and whether more fit."""
-        self._starter = _Starter(f"danaus-start-{world.proc_id}")
+        self._starter = _Starter(f"danaus-start-{proc_id}")
         self._output = {
             stream: OutputAggregator(
-                functools.partial(self._write, stream), time.monotonic, world.io.call_later
+                functools.partial(output, stream), time.monotonic, io.call_later
             )
             for stream in (STDOUT, STDERR)
         }
@@ -195,7 +202,7 @@ class LocalLauncher(Launcher):
     def _detached(self, forks: ForkServer) -> bool:
         if self._forked or self._early_exits:
             return False
-        self.world.io.remove_reader(forks.exits.fileno())
+        self._io.remove_reader(forks.exits.fileno())
         return True
 
     def _on_io(self, fn: Callable[[], bool]) -> bool:
@@ -207,12 +214,12 @@ class LocalLauncher(Launcher):
             answer.append(fn())
             ran.set()
 
-        self.world.io.call_soon(run)
+        self._io.call_soon(run)
         return ran.wait(CLOSE_TIMEOUT) and answer[0]
 
     def set_output(self, procs: Sequence[str], options: LoggingOptions) -> None:
         for aggregator in self._output.values():
-            self.world.io.call_soon(aggregator.set_options, list(procs), options)
+            self._io.call_soon(aggregator.set_options, list(procs), options)
 
     async def launch(self, specs: Sequence[ProcSpec]) -> None:
         try:
@@ -231,26 +238,26 @@ class LocalLauncher(Launcher):
                 await asyncio.wait_for(asyncio.gather(*waits), STARTUP_TIMEOUT)
             except asyncio.TimeoutError:
                 for spec in specs:
-                    self.world.io.call_soon(self.kill, spec.proc_id)
+                    self._io.call_soon(self._children.kill, spec.proc_id)
                 raise RuntimeError(f"procs did not start within {STARTUP_TIMEOUT:g} s") from None
 
     def _not_started(self, specs: Sequence[ProcSpec], refusal: RuntimeError) -> None:
         """Report the procs of a refused request lost, so that nothing waits for them."""
         for spec in specs:
             loss = ProcLoss(spec.proc_id, f"was not started: {refusal}", host=spec.host)
-            self.world.io.call_soon(self.world.registry.lost, loss)
+            self._io.call_soon(self._registry.lost, loss)
 
     def _up(self, proc: str, _: asyncio.Future[None]) -> None:
         self.budget.started(proc)
 
     async def stop(self, procs: Sequence[str], timeout: float) -> None:
-        waits = self._each(self.world.io.call_soon, self._ask_exit, procs)
+        waits = self._each(self._io.call_soon, self._ask_exit, procs)
         if not waits:
             return
         _, pending = await asyncio.wait(waits, timeout=timeout)
         if pending:
             for proc in procs:
-                self.world.io.call_soon(self.kill, proc)
+                self._io.call_soon(self._children.kill, proc)
             await asyncio.wait(pending, timeout=timeout)
 
     def _each(
@@ -279,13 +286,13 @@ class LocalLauncher(Launcher):
 
     def _start_fork_server(self) -> None:
         try:
-            forks = POOL.take(self.world.name, self.world.preload)
+            forks = POOL.take(self._transport, self._options.preload)
         except OSError as exc:
             log.warning("procs start as new interpreters: no fork server (%s)", exc)
             return
         self._forks = forks
         reader = functools.partial(self._read_exits, forks)
-        self.world.io.call_soon(self.world.io.add_reader, forks.exits.fileno(), reader)
+        self._io.call_soon(self._io.add_reader, forks.exits.fileno(), reader)
 
     def _close_fork_server(self) -> None:
         forks, self._forks = self._forks, None
@@ -294,10 +301,9 @@ class LocalLauncher(Launcher):
 
     def _start(self, spec: ProcSpec, started: Settle) -> None:
         """Start ``spec``'s process (the starter's thread); the I/O thread watches it."""
-        world = self.world
         setup = [bytes(frame) for frame in spec.setup] if spec.setup is not None else None
-        home = home_cpu.home_for(next(self._launched)) if world.home_cpus else None
-        bootstrap = world.bootstrap(spec.proc_id, spec.name, spec.host, setup=setup, home_cpu=home)
+        home = home_cpu.home_for(next(self._launched)) if self._options.home_cpus else None
+        bootstrap = self._bootstrap(spec.proc_id, spec.name, spec.host, setup=setup, home_cpu=home)
         forks = self._fork_server() if spec.command is None else None
         if forks is not None and forks.fits(os.environ):
             try:
@@ -306,14 +312,13 @@ class LocalLauncher(Launcher):
                 log.warning("procs start as new interpreters: the fork server failed (%s)", exc)
                 self._close_fork_server()
             else:
-                world.io.call_soon(self._watch, spec, pid, stdout, stderr, started, None)
+                self._io.call_soon(self._watch, spec, pid, stdout, stderr, started, None)
                 _hand_over(stdin, bootstrap)
                 return
         self._start_interpreter(spec, bootstrap, started)
 
     def _start_interpreter(self, spec: ProcSpec, bootstrap: Bootstrap, started: Settle) -> None:
         """Start ``spec``'s process as a new interpreter (its `BootstrapCommand`, if it has one)."""
-        world = self.world
         command = spec.command
         extra = command.env if command is not None else {}
         try:
@@ -329,11 +334,11 @@ class LocalLauncher(Launcher):
         except OSError as exc:
             loss = ProcLoss(spec.proc_id, f"could not be started ({exc})", host=spec.host)
             self.budget.ended(spec.proc_id)
-            world.io.call_soon(world.registry.lost, loss)
+            self._io.call_soon(self._registry.lost, loss)
             started(RuntimeError(loss.describe()))
             return
         assert popen.stdin is not None and popen.stdout is not None and popen.stderr is not None
-        world.io.call_soon(
+        self._io.call_soon(
             self._watch, spec, popen.pid, popen.stdout, popen.stderr, started, popen.wait
         )
         _hand_over(popen.stdin, bootstrap)
@@ -351,23 +356,22 @@ class LocalLauncher(Launcher):
     ) -> None:
         """Watch a started process: its exit through ``wait`` once its pidfd is readable, or,
         for the fork server's children (``wait`` None), as the server reports it."""
-        world = self.world
         try:
             pidfd = os.pidfd_open(pid)
         except ProcessLookupError:
             pidfd = os.open("/dev/null", os.O_RDONLY)
-        child = _Child(spec, pid, stdout, stderr, pidfd, started)
-        self._children[spec.proc_id] = child
-        world.registry.expect(spec.proc_id, lambda: started(None))
+        child = Child(spec, pid, stdout, stderr, pidfd, started)
+        self._children.add(child)
+        self._registry.expect(spec.proc_id, lambda: started(None))
         if wait is not None:
-            world.io.add_reader(child.pidfd, lambda: self._exited(child, wait()))
+            self._io.add_reader(child.pidfd, lambda: self._exited(child, wait()))
         elif pid in self._early_exits:
-            world.io.call_soon(self._exited, child, self._early_exits.pop(pid))
+            self._io.call_soon(self._exited, child, self._early_exits.pop(pid))
         else:
             self._forked[pid] = child
         for pipe, stream in child.outputs():
             os.set_blocking(pipe.fileno(), False)
-            world.io.add_reader(pipe.fileno(), functools.partial(self._drain, child, pipe, stream))
+            self._io.add_reader(pipe.fileno(), functools.partial(self._drain, child, pipe, stream))
 
     def _ask_exit(self, proc: str, exited: Settle) -> None:
         child = self._children.get(proc)
@@ -375,53 +379,7 @@ class LocalLauncher(Launcher):
             exited(None)
             return
         child.exited = exited
-        self.world.transport.send_control(proc, control.Exit())
-
-    def kill(self, proc: str, sig: int = signal.SIGKILL) -> None:
-        """Signal a worker (I/O thread)."""
-        child = self._children.get(proc)
-        if child is not None:
-            with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(child.pidfd, sig)
-
-    def process_state(self, proc: str) -> control.ProcessState | None:
-        """What ``proc``'s process is doing (I/O thread); None if this launcher did not start it.
-
-        It runs if it exists, is not stopped, and uses CPU: a proc whose threads
-        are starved of the interpreter's lock (a long call into C that holds it,
-        a large import) answers no heartbeat meanwhile, yet runs; one that is
-        paused, or wedged with every thread asleep, uses none. The kernel counts
-        CPU time in ticks of 10 ms, so a process is taken to use none only once it
-        has gained no tick for `IDLE_WINDOW` seconds.
-        """
-        child = self._children.get(proc)
-        if child is None:
-            return None
-        if child.exited is not None:
-            return "ending"
-        try:
-            process = psutil.Process(child.pid)
-            with process.oneshot():
-                status = process.status()
-                times = process.cpu_times()
-        except psutil.Error:
-            return "halted"
-        if status in _HALTED:
-            return "halted"
-        used = times.user + times.system
-        now = time.monotonic()
-        if used > child.cpu_seen:
-            child.cpu_seen, child.cpu_seen_at = used, now
-            return "runs"
-        return "halted" if now - child.cpu_seen_at >= IDLE_WINDOW else "runs"
-
-    def kill_all(self) -> None:
-        for proc in list(self._children):
-            self.kill(proc)
-
-    def children(self) -> list[str]:
-        """The procs this launcher started that are still running."""
-        return list(self._children)
+        self._send_control(proc, control.Exit())
 
     def _read_exits(self, forks: ForkServer) -> None:
         if not forks.read_exits(self._forked_exit):
@@ -437,18 +395,18 @@ class LocalLauncher(Launcher):
     def _fork_server_ended(self, forks: ForkServer) -> None:
         """The server's children die with it (their parent-death signal): each is reported
         killed once its pidfd says it has gone."""
-        io = self.world.io
+        io = self._io
         io.remove_reader(forks.exits.fileno())
         forks.exits.close()
         for child in self._forked.values():
             io.add_reader(child.pidfd, functools.partial(self._exited, child, -signal.SIGKILL))
         self._forked.clear()
 
-    def _exited(self, child: _Child, code: int) -> None:
-        io = self.world.io
+    def _exited(self, child: Child, code: int) -> None:
+        io = self._io
         io.remove_reader(child.pidfd)
         os.close(child.pidfd)
-        self._children.pop(child.spec.proc_id, None)
+        self._children.remove(child.spec.proc_id)
         self.budget.ended(child.spec.proc_id)
         for pipe, stream in child.outputs():
             self._drain(child, pipe, stream)
@@ -466,14 +424,14 @@ class LocalLauncher(Launcher):
             signal=-code if code < 0 else None,
             stopped=stopped,
         )
-        self.world.registry.lost(loss)
+        self._registry.lost(loss)
         tail = "".join(child.stderr_tail)
         child.started(RuntimeError(f"{loss.describe()} before it started:\n{tail}"))
         if child.exited is not None:
             child.exited(None)
 
-    def _drain(self, child: _Child, pipe: IO[bytes], stream: int) -> None:
-        """Copy complete lines from a worker's pipe to the world's output."""
+    def _drain(self, child: Child, pipe: IO[bytes], stream: int) -> None:
+        """Copy complete lines from a worker's pipe to the launcher's output."""
         fd = pipe.fileno()
         while True:
             try:
@@ -492,23 +450,12 @@ class LocalLauncher(Launcher):
             if complete:
                 self._emit(child, stream, complete + b"\n")
 
-    def _emit(self, child: _Child, stream: int, data: bytes) -> None:
+    def _emit(self, child: Child, stream: int, data: bytes) -> None:
         text = data.decode(errors="replace")
         if stream == STDERR:
             child.stderr_tail.extend(text.splitlines(keepends=True))
             del child.stderr_tail[:-STDERR_TAIL]
         self._output[stream].write(child.spec.proc_id, text)
-
-    def _write(self, stream: int, text: str) -> None:
-        self.world.output(stream, text)
-
-
-IDLE_WINDOW = 1.0
-"""Seconds without a tick of CPU time after which a process that answers nothing is wedged."""
-_HALTED = frozenset(
-    {psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD}
-)
-"""Process states in which a proc does not run (paused, or ended and not yet reaped)."""
 
 
 def _hand_over(stdin: IO[bytes], bootstrap: Bootstrap) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 import sys
 import threading
 from typing import TextIO
@@ -74,15 +73,16 @@ class PrefixedStream(io.TextIOBase):
         return self._raw.encoding
 
 
-def install(proc_id: str, host: str | None = None) -> None:
-    """Prefix this process's stdout, stderr and Python logging (with ``host``'s name, if given)."""
+def install(proc_id: str, level: str, host: str | None = None) -> None:
+    """Prefix this process's stdout, stderr and Python logging (with ``host``'s name, if given);
+    log from ``level`` (the job's ``log_level``) up."""
     fallback = f"proc {proc_id}"
     sys.stdout = PrefixedStream(sys.__stdout__, fallback, host)
     sys.stderr = PrefixedStream(sys.__stderr__, fallback, host)
     _prefix_handlers({id(sys.__stdout__): sys.stdout, id(sys.__stderr__): sys.stderr})
     logging.basicConfig(
         stream=sys.stderr,
-        level=os.environ.get("DANAUS_LOG_LEVEL", "INFO"),
+        level=level,
         format="%(levelname)s %(name)s: %(message)s",
         force=True,
     )

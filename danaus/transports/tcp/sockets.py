@@ -13,7 +13,7 @@ import logging
 
 import zmq
 
-from danaus.transports.tcp.limits import Limits
+from danaus.core.settings import Limits
 from danaus.transports.tcp.security import JobKeys
 
 log = logging.getLogger("danaus.tcp")

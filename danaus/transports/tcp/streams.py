@@ -46,11 +46,12 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from danaus.core.settings import Limits
 from danaus.transports import challenge
 from danaus.transports.deadlines import within
 from danaus.transports.tcp import ring
 from danaus.transports.tcp.buffers import BufferCache, allocate
-from danaus.transports.tcp.limits import Limits
+from danaus.transports.tcp.peers import Peers
 from danaus.transports.tcp.records import (
     LENGTH,
     RING_RECORD,
@@ -241,7 +242,8 @@ class StreamPlane:
 
     Thread-safe: `send`, `resolved`, `forget`. `start` and `stop` run on the
     loop's thread; ``receive`` is called there, ``lookup`` on whichever thread
-    sends first to a peer whose address is not known yet.
+    sends first to a peer whose address is not known yet. Where peers receive,
+    and what waits until that is known, the proc's ``peers`` keep.
     """
 
     def __init__(
@@ -251,6 +253,7 @@ class StreamPlane:
         bind_host: str,
         limits: Limits,
         loop: asyncio.AbstractEventLoop,
+        peers: Peers,
         receive: Callable[[str, list[Any]], None],
         lookup: Callable[[str], None],
         refusals: RefusalLog,
@@ -259,6 +262,7 @@ class StreamPlane:
         broken: Callable[[str, str], None],
     ) -> None:
         self.proc = proc
+        self.peers = peers
         self.keys = keys
         self.limits = limits
         self.loop = loop
@@ -277,10 +281,9 @@ class StreamPlane:
         self._local, local = _listen_local(proc)
         self.address = _format_address(*self._listener.getsockname()[:2], local)
         self._lock = threading.Lock()
+        """Held while a message is routed to its connection, or one is opened; the peers' lock
+        is taken inside it, never the other way."""
         self._outbound: dict[str, Outbound] = {}
-        self._addresses: dict[str, str] = {}
-        self._pending: dict[str, list[list[Any]]] = {}
-        self._forgotten: set[str] = set()
         self._inbound: set[Inbound] = set()
         self._strangers = 0
         self._handshakes: set[asyncio.Task[None]] = set()
@@ -299,28 +302,24 @@ class StreamPlane:
     def send(self, dest: str, message: list[Any]) -> None:
         """Send ``message`` (its frames) to ``dest``, from any thread, without blocking."""
         with self._lock:
-            if dest in self._forgotten:
-                return
             outbound = self._outbound.get(dest)
             if outbound is None:
-                address = self._addresses.get(dest)
+                address = self.peers.data_address(dest)
                 if address is None:
-                    waiting = self._pending.setdefault(dest, [])
-                    if not waiting:
+                    if self.peers.hold_data(dest, message):
                         self._lookup(dest)
-                    waiting.append(message)
                     return
                 outbound = self._open(dest, address)
         outbound.send(message)
 
-    def resolved(self, dest: str, address: str) -> None:
-        """``dest`` receives data at ``address``: what waited for it goes out, in order."""
+    def resolved(self, dest: str) -> None:
+        """``dest``'s address is known: what waited for it goes out, in order."""
         with self._lock:
-            self._addresses[dest] = address
-            waiting = self._pending.pop(dest, [])
-            if waiting and dest not in self._outbound:
+            waited = self.peers.take_data(dest)
+            if waited is not None and dest not in self._outbound:
+                address, messages = waited
                 outbound = self._open(dest, address)
-                for message in waiting:
+                for message in messages:
                     outbound.send(message)
 
     def _open(self, dest: str, address: str) -> Outbound:
@@ -335,10 +334,8 @@ class StreamPlane:
             self.loop.call_soon_threadsafe(fn)
 
     def forget(self, dest: str) -> None:
-        """``dest`` is lost: drop what waits for it and close its connections."""
+        """``dest`` is lost (its peers know): close its connections, with what they still hold."""
         with self._lock:
-            self._forgotten.add(dest)
-            self._pending.pop(dest, None)
             outbound = self._outbound.pop(dest, None)
         if outbound is not None:
             self.call_on_loop(outbound.close)
@@ -430,7 +427,7 @@ class StreamPlane:
     def unsent(self) -> bool:
         """Whether messages still wait for an address, a connection or the kernel."""
         with self._lock:
-            if self._pending:
+            if self.peers.waiting_data():
                 return True
             outbound = list(self._outbound.values())
         return any(connection.unsent() for connection in outbound)

@@ -10,8 +10,9 @@ queue pairs on verbs), and so do the chunks of RDMA transfers served by the
 I/O thread, so a bulk transfer never delays a heartbeat.
 
 Peers are found through the controller's directory: a proc asks where a peer
-receives and queues what it sends until the answer comes. Peers that are lost
-are reported by the directory to every proc that watches them.
+receives, and what it sends waits in its `Peers` until the answer comes, for
+both planes. Peers that are lost are reported by the directory to every proc
+that watches them.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import zmq
 
 from danaus.core.errors import MessageTooLargeError
 from danaus.core.serialize import Buffer
+from danaus.core.settings import Limits
 from danaus.core.transport import (
     ROOT,
     FrameHandler,
@@ -41,8 +43,9 @@ from danaus.transports.tcp import control
 from danaus.transports.tcp.control import CONTROL, DATA
 from danaus.transports.tcp.handshakes import HandshakeMonitor
 from danaus.transports.tcp.ioloop import IoLoop, Settle, settler
-from danaus.transports.tcp.limits import Limits
 from danaus.transports.tcp.memory import MEMORY, MemoryService
+from danaus.transports.tcp.peers import Peers
+from danaus.transports.tcp.plane import DataPlane
 from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.tcp.security import JobKeys
 from danaus.transports.tcp.sockets import RECV_BATCH, bind_router, connect_dealer, sender
@@ -90,21 +93,20 @@ class TcpTransport(Transport):
         self.on_resolved: Callable[[str], None] | None = None
         """Called (I/O thread) when the directory tells where a proc receives."""
         self._dealers: dict[str, zmq.Socket] = {}
-        self._addresses: dict[str, control.Address] = {}
         self._controller = controller_address
-        self._pending: dict[str, list[list[Any]]] = {}
-        self._lost: dict[str, ProcLoss] = {}
+        self.peers = Peers()
+        """Where each peer receives, what waits for that, and which are lost: both planes'."""
         self._on_frames: FrameHandler | None = None
         self._on_loss: LossHandler | None = None
         self._on_refused: RefusalHandler | None = None
         self.memory = MemoryService(
             proc_id, self._send_memory, self.memory_backend, limits.chunk_bytes
         )
-        self.data = self._data_plane(bind_host)
+        self.data: DataPlane = self._data_plane(bind_host)
         self.address = control.Address(self.router.last_endpoint.decode(), self.data.address)
         self.host_address = bind_host
 
-    def _data_plane(self, bind_host: str) -> Any:
+    def _data_plane(self, bind_host: str) -> DataPlane:
         """The plane that carries core messages: TCP connections of their own."""
         return self._stream_plane(bind_host, self._from_plane, self._refused_on_plane)
 
@@ -120,6 +122,7 @@ class TcpTransport(Transport):
             bind_host,
             self.limits,
             self.loop,
+            self.peers,
             receive,
             self._lookup,
             self.refusals,
@@ -142,8 +145,8 @@ class TcpTransport(Transport):
     def send(self, dest: str, frames: Sequence[Buffer]) -> None:
         if dest == self.proc_id:
             self.loop.call_soon_threadsafe(self._deliver, dest, copy_frames(frames))
-        elif dest in self._lost:
-            self._report(self._lost[dest])
+        elif dest in self.peers.lost:
+            self._report(self.peers.lost[dest])
         else:
             self.data.send(dest, [DATA, *frames])
 
@@ -205,7 +208,7 @@ class TcpTransport(Transport):
         future: asyncio.Future[None],
         landing: threading.Lock,
     ) -> None:
-        loss = self._lost.get(handle.owner)
+        loss = self.peers.lost.get(handle.owner)
         if loss is not None:
             settle(memory_owner_lost(loss))
         else:
@@ -217,26 +220,19 @@ class TcpTransport(Transport):
 
     def _send_memory(self, dest: str, message: list[Any]) -> None:
         """Send a memory message (kind frame first) on the data plane, beside core messages."""
-        if dest not in self._lost:
+        if dest not in self.peers.lost:
             self.data.send(dest, message)
 
     def _send_raw(self, dest: str, message: list[Any]) -> None:
         """Send a control-plane message (kind frame first), or queue it until ``dest`` is found."""
-        if dest in self._lost:
+        if dest in self.peers.lost:
             return
         address = self._address(dest)
         if address is None:
-            self._waiting(dest).append(message)
+            if self.peers.hold_control(dest, message):
+                self._ask(control.Where(dest))
         else:
             self._dealer(dest, address.control).send_multipart(message, copy=False)
-
-    def _waiting(self, dest: str) -> list[list[Any]]:
-        """What waits for ``dest``'s address; the directory is asked for it once."""
-        waiting = self._pending.get(dest)
-        if waiting is None:
-            waiting = self._pending[dest] = []
-            self._ask(control.Where(dest))
-        return waiting
 
     def _lookup(self, dest: str) -> None:
         """The data plane needs ``dest``'s address (from its thread): find it here."""
@@ -255,15 +251,17 @@ class TcpTransport(Transport):
         self.io.call_soon(self._report_unreachable, control.Unreachable(peer, link, reason))
 
     def _report_unreachable(self, report: control.Unreachable) -> None:
-        if report.proc not in self._lost:
+        if report.proc not in self.peers.lost:
             self._ask(report)
 
     def _find(self, dest: str) -> None:
+        """The data plane waits for ``dest``'s address (I/O thread): ask the directory, unless
+        it is known here."""
         address = self._address(dest)
         if address is not None:
-            self.data.resolved(dest, address.data)
+            self._resolved(dest, address)
         else:
-            self._waiting(dest)
+            self._ask(control.Where(dest))
 
     def send_control(self, dest: str, message: control.Control) -> None:
         """Send a control message (I/O thread only); to a proc known to be lost, none is sent
@@ -271,7 +269,7 @@ class TcpTransport(Transport):
         if dest == self.proc_id:
             self._handle_control(dest, message)
             return
-        if dest in self._lost:
+        if dest in self.peers.lost:
             return
         address = self._controller if dest == ROOT and self._controller else None
         if address is None:
@@ -283,7 +281,7 @@ class TcpTransport(Transport):
         self._dealer(dest, address).send_multipart(control.encode(message))
 
     def _address(self, dest: str) -> control.Address | None:
-        address = self._addresses.get(dest)
+        address = self.peers.address(dest)
         if address is None and self.directory is not None:
             address = self.directory.address(dest)
         return address
@@ -303,8 +301,8 @@ class TcpTransport(Transport):
             self.send_control(ROOT, message)
 
     def _watch(self, proc: str) -> None:
-        if proc in self._lost:
-            self._report(self._lost[proc])
+        if proc in self.peers.lost:
+            self._report(self.peers.lost[proc])
         else:
             self._ask(control.Watch(proc))
 
@@ -377,24 +375,23 @@ class TcpTransport(Transport):
 
     def find(self, proc: str) -> None:
         """Ask the directory where ``proc`` receives; `on_resolved` tells (I/O thread)."""
-        if proc in self._addresses:
-            self._resolved(proc, self._addresses[proc])
+        address = self.peers.address(proc)
+        if address is not None:
+            self._resolved(proc, address)
         else:
             self._ask(control.Where(proc))
 
     def _resolved(self, proc: str, address: control.Address) -> None:
-        self._addresses[proc] = address
-        self.data.resolved(proc, address.data)
-        for message in self._pending.pop(proc, []):
+        waited = self.peers.learn(proc, address)
+        self.data.resolved(proc)
+        for message in waited:
             self._send_raw(proc, message)
         if self.on_resolved is not None:
             self.on_resolved(proc)
 
     def _peer_lost(self, loss: ProcLoss) -> None:
-        if loss.proc in self._lost:
+        if not self.peers.lose(loss):
             return
-        self._lost[loss.proc] = loss
-        self._pending.pop(loss.proc, None)
         dealer = self._dealers.pop(loss.proc, None)
         if dealer is not None:
             dealer.close(0)

@@ -85,7 +85,7 @@ def main() -> None:
 
     # A proc killed by a fatal signal (a crash in native code) says where it was.
     faulthandler.enable(sys.__stderr__)
-    output.install(boot.proc_id, boot.host if boot.remote else None)
+    output.install(boot.proc_id, boot.options.log_level, boot.host if boot.remote else None)
     worker_main(boot, parent)
 
 

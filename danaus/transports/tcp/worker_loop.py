@@ -169,8 +169,8 @@ class WorkerLoop:
         )
         self._transport = boot.transport
         self._imports = (
-            json.dumps({"preload": boot.preload, "sys_path": boot.sys_path})
-            if boot.preload
+            json.dumps({"preload": boot.options.preload, "sys_path": boot.sys_path})
+            if boot.options.preload
             else None
         )
         try:

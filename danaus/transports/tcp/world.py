@@ -28,6 +28,7 @@ import socket
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -39,22 +40,23 @@ from danaus.core import awake, config, home_cpu, last_words
 from danaus.core.attach import ATTACH_TIMEOUT
 from danaus.core.blocking import ActorThread, cancel_leftover_tasks
 from danaus.core.bootstrap import BootstrapCommand
-from danaus.core.casting import DEFAULT_FANOUT
 from danaus.core.faults import HostControl
 from danaus.core.owned import STOP_TIMEOUT
 from danaus.core.runtime import Runtime
 from danaus.core.serialize import loads
+from danaus.core.settings import JobOptions, Settings, variable
 from danaus.core.trace import Trace
 from danaus.core.transport import ActorRunner, World
 from danaus.debug import hook
 from danaus.transports.tcp import control, hostlink, jobkey
+from danaus.transports.tcp.activity import ProcessActivity
 from danaus.transports.tcp.bootstrap import Bootstrap, search_path
+from danaus.transports.tcp.children import STDOUT, Children, Output
 from danaus.transports.tcp.directory import Directory
 from danaus.transports.tcp.faults import SignalFaults
-from danaus.transports.tcp.forkserver import POOL, preload_from
+from danaus.transports.tcp.forkserver import POOL
 from danaus.transports.tcp.ioloop import IoLoop, settler
-from danaus.transports.tcp.launcher import STDOUT, LocalLauncher, Registry, default_command
-from danaus.transports.tcp.limits import Limits
+from danaus.transports.tcp.launcher import LocalLauncher, Registry, default_command
 from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.tcp.remote import RemoteRegistry, forward_output
 from danaus.transports.tcp.security import JobKeys, ZapHandler
@@ -62,6 +64,7 @@ from danaus.transports.tcp.streams import STOP_LINGER
 from danaus.transports.tcp.transport import ROOT, TcpTransport
 
 if TYPE_CHECKING:
+    from danaus.admin.logs import LogBook
     from danaus.admin.service import AdminService
     from danaus.transports.tcp.admin import AdminSocket
     from danaus.transports.tcp.attacher import Attacher
@@ -70,34 +73,10 @@ log = logging.getLogger("danaus.tcp")
 
 T = TypeVar("T")
 
-HEARTBEAT_INTERVAL = 0.5
-HEARTBEAT_TIMEOUT = 3.0
-BIND_HOST = "127.0.0.1"
-"""Jobs on one host listen on loopback only."""
-ADMIN_HOST = "127.0.0.1"
-"""The admin socket (`danaus top`, `danaus debug`) listens on loopback unless configured."""
 TRACE_TIMEOUT = 5.0
 """How long a controller writing its trace at shutdown waits for each proc's events."""
-BIND_HOST_ENV = "DANAUS_BIND_HOST"
-"""Names the address a controller listens on when ``configure`` does not."""
-WORKERS_ENV = "DANAUS_WORKERS"
-"""The job's workers (comma-separated addresses) when ``configure`` names none."""
 RELEASE_TIMEOUT = 3.0
 """Seconds a worker may take to confirm that it ended the host agent of a released host."""
-
-
-def bind_host_from(option: str | None) -> str:
-    """The address to listen on: the option, else ``DANAUS_BIND_HOST``, else loopback."""
-    return option or os.environ.get(BIND_HOST_ENV) or BIND_HOST
-
-
-def workers_from(option: Sequence[str] | None) -> list[str]:
-    """The job's workers: the option, else ``DANAUS_WORKERS``, else none."""
-    if option is not None:
-        if isinstance(option, str):
-            raise TypeError("workers must be a list of addresses, not one string")
-        return list(option)
-    return [w.strip() for w in os.environ.get(WORKERS_ENV, "").split(",") if w.strip()]
 
 
 def is_loopback(host: str) -> bool:
@@ -110,10 +89,17 @@ def is_loopback(host: str) -> bool:
 
 
 class TcpWorld(World):
-    """One OS process's procs (exactly one) on the tcp transport."""
+    """One OS process's procs (exactly one) on the tcp transport.
+
+    Made whole by its constructor, for a controller (``controller_address``
+    None: it runs the job's directory, attaches workers and serves the admin
+    tools) or a worker process (a proc, or a host agent on another host). Its
+    helpers get what they use of it, and no more.
+    """
 
     name = "tcp"
     transport_class: type[TcpTransport] = TcpTransport
+    launcher: LocalLauncher
 
     def __init__(
         self,
@@ -122,45 +108,42 @@ class TcpWorld(World):
         host: str,
         host_agent: str,
         keys: JobKeys,
-        heartbeat_interval: float,
-        heartbeat_timeout: float,
+        options: JobOptions,
         bind_host: str,
-        limits: Limits,
         controller_address: str | None = None,
-        trace: bool = False,
         job_hosts: Sequence[str] = (),
         remote: bool = False,
+        home_cpu: int | None = None,
+        setup: list[bytes] | None = None,
+        controller_pid: int | None = None,
+        admin_host: str | None = None,
         host_control: HostControl | None = None,
+        trace_files: Sequence[str] = (),
     ) -> None:
         self.proc_id = proc_id
         self.host = host
         self.host_agent = host_agent
         self.keys = keys
+        self.options = options
         self.bind_host = bind_host
-        self.heartbeat_interval = heartbeat_interval
-        self.heartbeat_timeout = heartbeat_timeout
-        self.trace = Trace(time.monotonic, enabled=trace)
-        self.random = random.Random()
-        self.limits = limits
-        self.max_procs_per_host = limits.max_procs_per_host
-        self.max_message_bytes = limits.max_message_bytes
         self.job_hosts = list(job_hosts)
         """The host agents of the job's hosts (``danaus.hosts()``), if it names workers."""
         self.remote = remote
         """Whether the procs this process launches run on another host than the controller."""
-        self.preload: tuple[str, ...] = ()
-        """What the fork server of this process's launcher imports too (the job's ``preload``)."""
-        self.home_cpus = True
-        """Whether the procs this process launches get home CPUs (the job's ``home_cpus``)."""
-        self.home_cpu: int | None = None
+        self.home_cpu = home_cpu
         """This proc's home CPU (`danaus.core.home_cpu`), or None: its threads go anywhere."""
-        self.wait_spin_us = awake.WAIT_SPIN_US
-        """How long this proc's threads poll before they sleep (the job's ``wait_spin_us``)."""
+        self.trace_files = list(trace_files)
+        """Where the controller writes the job's trace when it shuts down."""
+        self.waits = awake.Waits(options.wait_spin_us)
+        """How this proc's threads wait: its runtime loop's, its actors', its callers'."""
+        self.trace = Trace(time.monotonic, enabled=bool(options.trace))
+        self.random = random.Random()
         self.io = IoLoop(f"danaus-io-{proc_id}")
         self.context = zmq.Context()
         """The control plane's: its zmq I/O thread, and its ZAP handler."""
-        self.loop = asyncio.SelectorEventLoop(awake.AwakeSelector())
+        self.loop = awake.AwakeLoop(self.waits)
         self.zap = ZapHandler(self.context, self.io, keys)
+        refusals = RefusalLog(self.io.call_later_threadsafe)
         self.transport = self.transport_class(
             proc_id,
             host,
@@ -169,21 +152,56 @@ class TcpWorld(World):
             keys,
             self.loop,
             bind_host=bind_host,
-            limits=limits,
-            refusals=RefusalLog(self.io.call_later_threadsafe),
+            limits=options,
+            refusals=refusals,
             controller_address=controller_address,
         )
         self.controller_address = controller_address or self.transport.address.control
-        self.launcher = LocalLauncher(self)
-        self.faults = SignalFaults(self, host_control)
+        self.children = Children()
+        """The processes this proc's launcher started that still run."""
         self.host_addresses: dict[str, str] = {}
         """The address of each attached host's worker, by host agent (the controller only)."""
-        self.directory: Directory = None  # type: ignore[assignment]
-        self.registry: Registry = None  # type: ignore[assignment]
-        """Where the launcher registers its children: the directory, or the controller's."""
-        self.output: Callable[[int, str], None] = _write_output
-        """Where the launcher's children's output goes (stream 1 or 2, text)."""
+        self.directory: Directory | None = None
+        """The job's directory, in the controller only."""
         self.attacher: Attacher | None = None
+        self.admin_socket: AdminSocket | None = None
+        self.logs: LogBook | None = None
+        """The lines of the job's procs, kept for the admin tools (the controller only)."""
+        self.admin: AdminService | None = None
+        """What `danaus top` and `danaus debug` ask (the controller, once it runs)."""
+        registry: Registry
+        self.output: Output = _write_output
+        """Where the output of the procs this one started goes (stream 1 or 2, text)."""
+        if controller_address is None:
+            registry = self._controlling(admin_host, refusals)
+        else:
+            registry = RemoteRegistry(self.transport)
+            if host_agent == proc_id:
+                self.output = forward_output(self.transport)
+            self.transport.on_control = self._worker_control
+        self.launcher = LocalLauncher(
+            proc_id=proc_id,
+            host=host,
+            transport=self.name,
+            options=options,
+            io=self.io,
+            registry=registry,
+            children=self.children,
+            bootstrap=self.bootstrap,
+            send_control=self.transport.send_control,
+            output=self.output,
+        )
+        self.faults = SignalFaults(
+            io=self.io,
+            directory=self.directory,
+            children=self.children,
+            own_proc=proc_id,
+            own_host=host_agent,
+            own_machine=bind_host,
+            machines=types.MappingProxyType(self.host_addresses),
+            control=host_control,
+        )
+        self._setup = setup
         self._runtime: Runtime | None = None
         self._loop_thread: threading.Thread | None = None
         self._closed = False
@@ -191,113 +209,100 @@ class TcpWorld(World):
         """Seconds this proc's I/O thread has been awake since the controller's last heartbeat."""
         self._last_check = 0.0
         """When `_check_controller` last ran (``time.monotonic``)."""
-        self.admin: AdminService | None = None
-        """What `danaus top` and `danaus debug` ask (the controller only)."""
-        self.admin_socket: AdminSocket | None = None
-        self.trace_files: list[str] = []
-        """Where the controller writes the job's trace when it shuts down."""
+        self._controller_activity = (
+            ProcessActivity(controller_pid) if controller_pid is not None else None
+        )
+        """The controller's process, where this proc runs on its host and was started by it."""
         hook.install()
-        self._setup: list[bytes] | None = None
+
+    def _controlling(self, admin_host: str | None, refusals: RefusalLog) -> Registry:
+        """Make what only the controller has: the job's directory (where its launcher reports,
+        which it returns), the attacher of workers, the admin socket, and the log of the procs'
+        output that the admin tools read."""
+        # What only a controller runs is imported here, off a worker's start-up.
+        from danaus.admin.logs import LogBook
+        from danaus.transports.tcp.admin import AdminSocket
+        from danaus.transports.tcp.attacher import Attacher
+
+        options = self.options
+        self.directory = Directory(
+            self.transport.send_control,
+            self.io,
+            heartbeat_interval=options.heartbeat_interval,
+            heartbeat_timeout=options.heartbeat_timeout,
+            kill=self.children.kill,
+            process_state=self.children.state,
+        )
+        self.transport.directory = self.directory
+        self.transport.on_control = self._controller_control
+        self.attacher = Attacher(self.context, self.io, self.directory)
+        if admin_host is not None:
+            self.admin_socket = AdminSocket(
+                io=self.io,
+                loop=self.loop,
+                bind_host=admin_host,
+                limits=options,
+                refusals=refusals,
+                proc_id=self.proc_id,
+                transport=self.name,
+            )
+        self.logs = LogBook()
+        self.output = self.logs.tee(_write_output)
+        return self.directory
 
     # ---- making worlds ----------------------------------------------------------------
 
     @classmethod
-    def controller(
-        cls,
-        heartbeat_interval: float = HEARTBEAT_INTERVAL,
-        heartbeat_timeout: float = HEARTBEAT_TIMEOUT,
-        bind_host: str | None = None,
-        trace: bool | str | None = None,
-        encrypt: bool = True,
-        admin: bool = True,
-        admin_host: str = ADMIN_HOST,
-        workers: Sequence[str] | None = None,
-        job_key: Any = None,
-        host_control: HostControl | None = None,
-        cast_fanout: int = DEFAULT_FANOUT,
-        preload: Sequence[str] | None = None,
-        home_cpus: bool = True,
-        wait_spin_us: int = awake.WAIT_SPIN_US,
-        **limits: float | None,
-    ) -> TcpWorld:
-        """The controller's world: the root proc, the directory, and this host's agent.
+    def controller(cls, settings: Settings) -> TcpWorld:
+        """The controller's world, started: the root proc, the directory, and this host's agent.
 
-        ``trace``: True records the job's events, a path also writes them there
-        at shutdown (`danaus.tracing`). ``admin``: serve `danaus top` and
-        `danaus debug` on ``admin_host``. With ``workers`` (or
-        ``DANAUS_WORKERS``), it attaches to them at once: they are the job's
-        hosts (``hosts()``), and ``this_host()`` in the controller is the first
-        of them. ``host_control`` gives chaos runs power over the workers'
-        machines (`danaus.transports.tcp.faults`). ``cast_fanout`` is the job's
-        (`danaus.core.casting`), handed to every proc. ``preload`` names modules
-        the fork servers that start the job's procs import before they fork
-        (None: ``DANAUS_PRELOAD``; `danaus.transports.tcp.forkserver`).
-        ``home_cpus``: each proc's runtime loop thread stays on a CPU of its own
-        while there are CPUs left, and the proc's threads wait there
-        (`danaus.core.home_cpu`); ``wait_spin_us``: how long each proc's threads poll
-        for what they wait for before they sleep (`danaus.core.awake`). ``limits``
-        are the options of `Limits.from_options`.
+        With ``workers`` in ``settings``, it attaches to them at once: they are
+        the job's hosts (``hosts()``), and ``this_host()`` in the controller is
+        the first of them.
         """
-        workers = workers_from(workers)
-        if not workers:
-            POOL.ahead(cls.name, preload_from(preload))
-        # What only a controller runs is imported here, off a worker's start-up.
-        from danaus.admin.service import AdminService
-        from danaus.transports.tcp.admin import AdminSocket
-        from danaus.transports.tcp.attacher import Attacher
-
-        trace_files = tracing.destinations(trace)
-        bind_host = bind_host_from(bind_host)
-        plan = attach_plan(workers, job_key, bind_host) if workers else None
-        job_hosts = [f"hosts.{i}" for i in range(len(workers))]
+        plan = None
+        if settings.workers:
+            plan = jobkey.resolve(None, settings), attach_plan(settings.workers, settings.bind_host)
+        job_hosts = [f"hosts.{i}" for i in range(len(settings.workers))]
+        options = msgspec.structs.replace(
+            settings.job_options(), max_message_bytes=settings.payload_bytes
+        )
+        if not settings.workers:
+            POOL.ahead(cls.name, options.preload)
         world = cls(
             proc_id=ROOT,
             host=socket.gethostname(),
             host_agent=job_hosts[0] if job_hosts else ROOT,
-            keys=JobKeys.generate(encrypt),
-            heartbeat_interval=heartbeat_interval,
-            heartbeat_timeout=heartbeat_timeout,
-            bind_host=bind_host,
-            limits=Limits.from_options(**limits),
-            trace=bool(trace) or bool(trace_files),
+            keys=JobKeys.generate(options.encrypt),
+            options=options,
+            bind_host=settings.bind_host,
             job_hosts=job_hosts,
-            host_control=host_control,
+            home_cpu=home_cpu.home_for(0) if options.home_cpus else None,
+            admin_host=settings.admin_host if settings.admin else None,
+            host_control=settings.host_control,
+            trace_files=tracing.destinations(options.trace),
         )
-        world.cast_fanout = cast_fanout
-        world.preload = preload_from(preload)
-        world.home_cpus = home_cpus
-        world.home_cpu = home_cpu.home_for(0) if home_cpus else None
-        world.wait_spin_us = wait_spin_us
-        world.trace_files = trace_files
-        if admin:
-            world.admin_socket = AdminSocket(world, admin_host)
-        world.directory = Directory(
-            world.transport.send_control,
-            world.io,
-            heartbeat_interval=heartbeat_interval,
-            heartbeat_timeout=heartbeat_timeout,
-            kill=world.launcher.kill,
-            process_state=world.launcher.process_state,
-        )
-        world.registry = world.directory
-        world.transport.directory = world.directory
-        world.transport.on_control = world._controller_control
-        world.attacher = Attacher(world.context, world.io, world.directory)
-        world.directory.register_local(ROOT, world.transport.address, os.getpid(), world.host)
-        last_words.install()
-        world.io.start()
-        world._loop_thread = threading.Thread(
-            target=world._run_loop, name="danaus-runtime", daemon=True
-        )
-        world._loop_thread.start()
-        if plan is not None:
-            world._attach(plan, job_hosts, ATTACH_TIMEOUT)
-        world._runtime = world._on_loop(lambda: world._make_runtime(host_agent=True))
-        world.admin = AdminService(world)
-        world.output = world.admin.logs.tee(world.output)
-        if world.admin_socket is not None:
-            world.admin_socket.publish()
+        world._start_controller(plan, job_hosts)
         return world
+
+    def _start_controller(self, plan: AttachPlan | None, job_hosts: list[str]) -> None:
+        """Register the root proc, start the threads, attach the workers, and serve."""
+        from danaus.admin.service import AdminService
+
+        assert self.directory is not None and self.logs is not None
+        self.directory.register_local(ROOT, self.transport.address, os.getpid(), self.host)
+        last_words.install()
+        self.io.start()
+        self._loop_thread = threading.Thread(
+            target=self._run_loop, name="danaus-runtime", daemon=True
+        )
+        self._loop_thread.start()
+        if plan is not None:
+            self._attach(plan, job_hosts, ATTACH_TIMEOUT)
+        self._runtime = self._on_loop(lambda: self._make_runtime(host_agent=True))
+        self.admin = AdminService(self, self.logs)
+        if self.admin_socket is not None:
+            self.admin_socket.serve(self.admin)
 
     @classmethod
     def worker(cls, boot: Bootstrap) -> TcpWorld:
@@ -306,26 +311,17 @@ class TcpWorld(World):
             proc_id=boot.proc_id,
             host=boot.host,
             host_agent=boot.host_agent,
-            keys=JobKeys(boot.public_key, boot.secret_key, boot.encrypt),
-            heartbeat_interval=boot.heartbeat_interval,
-            heartbeat_timeout=boot.heartbeat_timeout,
-            controller_address=boot.controller,
-            trace=boot.trace,
+            keys=JobKeys(boot.public_key, boot.secret_key, boot.options.encrypt),
+            options=boot.options,
             bind_host=boot.bind_host,
-            limits=Limits(**boot.limits),
+            controller_address=boot.controller,
             job_hosts=boot.hosts,
             remote=boot.is_host_agent,
+            home_cpu=boot.home_cpu,
+            setup=boot.setup,
+            # A proc the controller started on its own host can see the controller's process.
+            controller_pid=boot.parent_pid if boot.host_agent == ROOT and not boot.remote else None,
         )
-        world._setup = boot.setup
-        world.cast_fanout = boot.cast_fanout
-        world.preload = tuple(boot.preload)
-        world.home_cpus = boot.home_cpus
-        world.home_cpu = boot.home_cpu
-        world.wait_spin_us = boot.wait_spin_us
-        world.transport.on_control = world._worker_control
-        if boot.is_host_agent:
-            world.registry = RemoteRegistry(world.transport)
-            world.output = forward_output(world.transport)
         world.io.start()
         return world
 
@@ -340,22 +336,14 @@ class TcpWorld(World):
                 "controller": self.controller_address,
                 "public_key": self.keys.public,
                 "secret_key": self.keys.secret,
-                "heartbeat_interval": self.heartbeat_interval,
-                "heartbeat_timeout": self.heartbeat_timeout,
                 "parent_pid": os.getpid(),
                 "sys_path": search_path(),
                 "cwd": os.getcwd(),
-                "trace": self.trace.enabled,
                 "bind_host": self.bind_host,
+                "options": self.options,
                 "transport": self.name,
-                "encrypt": self.keys.encrypt,
-                "limits": msgspec.structs.asdict(self.limits),
                 "hosts": list(self.job_hosts),
                 "remote": self.remote,
-                "cast_fanout": self.cast_fanout,
-                "preload": list(self.preload),
-                "home_cpus": self.home_cpus,
-                "wait_spin_us": self.wait_spin_us,
                 **fields,
             }
         )
@@ -374,14 +362,11 @@ class TcpWorld(World):
             self.loop.run_forever()
         finally:
             home_cpu.unsettle()
-            awake.keep_awake(0)
 
     def _settle(self) -> None:
-        """Pin this thread, the runtime loop's, to the proc's home CPU, if it has one;
-        from now on, the proc's waits poll before they sleep (`danaus.core.awake`)."""
+        """Pin this thread, the runtime loop's, to the proc's home CPU, if it has one."""
         if self.home_cpu is not None:
             home_cpu.settle(self.home_cpu)
-        awake.keep_awake(self.wait_spin_us / 1e6)
 
     def _on_loop(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` on the runtime loop's thread and wait for its result."""
@@ -426,14 +411,15 @@ class TcpWorld(World):
         elif isinstance(message, control.Exit):
             self.loop.call_soon_threadsafe(self.loop.stop)
         elif isinstance(message, control.Signal) and self.host_agent == self.proc_id:
-            self.launcher.kill(message.proc, message.signal)
+            self.children.kill(message.proc, message.signal)
         elif isinstance(message, control.Check) and self.host_agent == self.proc_id:
-            state = self.launcher.process_state(message.proc) or "halted"
+            state = self.children.state(message.proc) or "halted"
             self.transport.send_control(ROOT, control.Running(message.proc, state))
         else:
             log.error("proc %s: unexpected %s from %s", self.proc_id, type(message).__name__, src)
 
     def _controller_control(self, src: str, message: control.Control) -> None:
+        assert self.directory is not None
         if isinstance(message, control.Output):
             self.output(message.stream, message.text)
         else:
@@ -446,7 +432,7 @@ class TcpWorld(World):
         self._last_check = time.monotonic()
         hello = control.Hello(self.transport.address, os.getpid(), self.host)
         self.transport.send_control(ROOT, hello)
-        self.io.call_later(self.heartbeat_interval, self._check_controller)
+        self.io.call_later(self.options.heartbeat_interval, self._check_controller)
 
     def _check_controller(self) -> None:
         """End this proc if the controller has been silent for the heartbeat timeout.
@@ -454,21 +440,27 @@ class TcpWorld(World):
         Silence is counted in time this thread was awake to hear: a check that
         runs late (another thread held the interpreter's lock, the host had no
         CPU to spare) counts for two intervals at most, since heartbeats that came
-        meanwhile may not be read yet.
+        meanwhile may not be read yet. On the controller's own host, an interval
+        in which the controller's process was seen running does not count: its
+        heartbeats wait for its interpreter's lock (held by a long import or call
+        into C), not for a process that is gone, paused or wedged.
         """
         now = time.monotonic()
-        self._silence += min(now - self._last_check, 2 * self.heartbeat_interval)
+        waited = min(now - self._last_check, 2 * self.options.heartbeat_interval)
         self._last_check = now
-        if self._silence > self.heartbeat_timeout:
+        busy = self._controller_activity is not None and self._controller_activity.state() == "runs"
+        if not busy:
+            self._silence += waited
+        if self._silence > self.options.heartbeat_timeout:
             log.error(
                 "proc %s: controller silent for %.1f s; exiting", self.proc_id, self._silence
             )
             self.exit_now(70)
-        self.io.call_later(self.heartbeat_interval, self._check_controller)
+        self.io.call_later(self.options.heartbeat_interval, self._check_controller)
 
     def exit_now(self, code: int) -> NoReturn:
         """End this worker at once, and every proc it started (I/O thread, or any)."""
-        self.launcher.kill_all()
+        self.children.kill_all()
         last_words.flush()
         os._exit(code)
 
@@ -477,7 +469,8 @@ class TcpWorld(World):
     def attach(self, workers: Sequence[str], key: object, timeout: float) -> list[str]:
         if self.attacher is None:
             raise RuntimeError("only the controller attaches to workers")
-        plan = attach_plan(workers, key, self.bind_host)
+        keys = jobkey.resolve(key, config.settings())  # type: ignore[arg-type]
+        plan = keys, attach_plan(workers, self.bind_host)
         base = self.root.new_id()
         agents = [f"{base}.{i}" for i in range(len(workers))]
         self._attach(plan, agents, timeout)
@@ -550,7 +543,7 @@ class TcpWorld(World):
         return [host for host in self.hosts() if self.directory.live(host)]
 
     def actor_runner(self, name: str) -> ActorRunner:
-        return ActorThread(f"danaus-actor-{name}")
+        return ActorThread(f"danaus-actor-{name}", self.waits)
 
     def shutdown(self) -> None:
         """Stop every mesh this process owns (gracefully, within a timeout), then every worker."""
@@ -602,7 +595,7 @@ class TcpWorld(World):
         done = threading.Event()
 
         def kill() -> None:
-            self.launcher.kill_all()
+            self.children.kill_all()
             done.set()
 
         self.io.call_soon(kill)
@@ -661,9 +654,9 @@ def _write_output(stream: int, text: str) -> None:
 AttachPlan = tuple[JobKeys, list[tuple[str, int]]]
 
 
-def attach_plan(workers: Sequence[str], key: object, bind_host: str) -> AttachPlan:
-    """The job's keys and the workers' addresses, checked before anything starts."""
-    keys = jobkey.resolve(key)  # type: ignore[arg-type]
+def attach_plan(workers: Sequence[str], bind_host: str) -> list[tuple[str, int]]:
+    """The workers' addresses, checked before anything starts: workers on other hosts must
+    reach ``bind_host``, where the controller listens."""
     addresses = [hostlink.parse_address(worker) for worker in workers]
     if is_loopback(bind_host):
         remote = [w for w, (ip, _) in zip(workers, addresses) if not hostlink.is_loopback(ip)]
@@ -671,9 +664,9 @@ def attach_plan(workers: Sequence[str], key: object, bind_host: str) -> AttachPl
             raise ValueError(
                 f"this controller listens on {bind_host} only, which workers on other hosts "
                 f"({', '.join(remote)}) cannot reach: name the address to listen on with "
-                f"configure(bind_host=...) or {BIND_HOST_ENV}"
+                f"configure(bind_host=...) or {variable('bind_host')}"
             )
-    return keys, addresses
+    return addresses
 
 
 def worker_main(boot: Bootstrap, parent: int | None = None) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import os
-from typing import Any
 
 os.environ.setdefault("UCX_TLS", "tcp,sm,self")
 os.environ.setdefault("UCXPY_PROGRESS_MODE", "thread")
@@ -24,11 +23,13 @@ if importlib.util.find_spec("ucxx") is None:
     )
 
 from danaus.core import config
+from danaus.core.settings import Settings
+from danaus.transports import tcp
 from danaus.transports.tcp import configured
 from danaus.transports.tcp.world import TcpWorld
 from danaus.transports.ucx.transport import UcxTransport
 
-__all__ = ["UcxWorld", "World", "configured", "create_world"]
+__all__ = ["OPTIONS", "UcxWorld", "World", "configured", "create_world"]
 
 
 class UcxWorld(TcpWorld):
@@ -41,13 +42,16 @@ class UcxWorld(TcpWorld):
 World = UcxWorld
 """The world class of this transport (workers make theirs with ``World.worker``)."""
 
+OPTIONS = tcp.OPTIONS | {"ucx_bulk", "ucx_rma", "cache_dir"}
+"""The settings this transport takes: tcp's, and those of UCX in each process."""
 
-def create_world(**options: Any) -> UcxWorld:
+
+def create_world(settings: Settings) -> UcxWorld:
     """The controller's world; at exit it shuts down while UCX still works.
 
     Exit handlers run last registered first: registering the shutdown again
     here runs it before those registered while UCX was set up (ucxx's finalizers).
     """
-    world = UcxWorld.controller(**options)
+    world = UcxWorld.controller(settings)
     atexit.register(config.shutdown)
     return world

@@ -41,9 +41,9 @@ from ucxx._lib_async.endpoint import Endpoint
 from ucxx._lib_async.exchange_peer_info import exchange_peer_info
 from ucxx._lib_async.utils import hash64bits
 
+from danaus.core.settings import Limits
 from danaus.transports import challenge
 from danaus.transports.deadlines import within
-from danaus.transports.tcp.limits import Limits
 from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.ucx.addresses import endpoint_addresses
 from danaus.transports.ucx.confine import confine, ipv4_of

@@ -5,10 +5,10 @@ Within a host, `ucxx`'s connections rule out UCX's shared-memory transports
 over an RDMA fabric (InfiniBand, RoCE); without one it carries the bytes over
 its own TCP transport, through bounce buffers and in clear, at about a third
 of the stream plane's rate on the machine of the performance page, which
-encrypts them besides. So by default (`BULK` unset or ``auto``) a proc sends
-large messages over UCX only to procs of other hosts, and only if the kernel
-shows it an RDMA device and ``UCX_TLS`` (if set) leaves UCX a transport that
-uses one; ``DANAUS_UCX_BULK=ucx`` sends them over UCX everywhere.
+encrypts them besides. So by default (the ``ucx_bulk`` setting ``auto``) a proc
+sends large messages over UCX only to procs of other hosts, and only if the
+kernel shows it an RDMA device and ``UCX_TLS`` (if set) leaves UCX a transport
+that uses one; ``ucx`` (``DANAUS_UCX_BULK=ucx``) sends them over UCX everywhere.
 `RDMABuffer` transfers are not messages: they take UCX whatever this says.
 """
 
@@ -18,9 +18,6 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-
-BULK = "DANAUS_UCX_BULK"
-"""``auto`` (the default) or ``ucx``: where large messages travel over UCX (module docstring)."""
 
 RDMA_DEVICES = Path("/sys/class/infiniband")
 """Where the kernel lists the RDMA devices of this host (InfiniBand and RoCE alike)."""
@@ -80,16 +77,11 @@ def ucx_may_use_rdma(environ: Mapping[str, str], devices: Path = RDMA_DEVICES) -
     return any(name not in _WITHOUT_RDMA for name in names)
 
 
-def bulk_routes(environ: Mapping[str, str], devices: Path = RDMA_DEVICES) -> BulkRoutes:
-    """The routes of this proc's large messages, as `BULK` and the host's devices make them.
-
-    Raises ValueError for a `BULK` that is neither ``auto`` nor ``ucx``.
-    """
-    setting = environ.get(BULK, "auto")
-    if setting == "ucx":
+def bulk_routes(bulk: str, environ: Mapping[str, str], devices: Path = RDMA_DEVICES) -> BulkRoutes:
+    """The routes of this proc's large messages, as its ``ucx_bulk`` setting (``bulk``: ``auto``
+    or ``ucx``), its environment's ``UCX_TLS`` and the host's devices make them."""
+    if bulk == "ucx":
         return BulkRoutes(on_this_host=True, between_hosts=True, why="")
-    if setting != "auto":
-        raise ValueError(f"{BULK}={setting!r}: expected 'auto' (the default) or 'ucx'")
     if ucx_may_use_rdma(environ, devices):
         return BulkRoutes(on_this_host=False, between_hosts=True, why="")
     why = (

@@ -49,10 +49,10 @@ from typing import Any
 import ucxx
 
 from danaus.core import home_cpu
+from danaus.core.settings import ENVELOPE_ROOM, Limits
 from danaus.transports import challenge
 from danaus.transports.deadlines import within
 from danaus.transports.tcp.buffers import BufferCache
-from danaus.transports.tcp.limits import ENVELOPE_ROOM, Limits
 from danaus.transports.tcp.records import carried_frames
 from danaus.transports.tcp.refusals import RefusalLog
 from danaus.transports.tcp.streams import KEPT_BYTES

@@ -51,6 +51,8 @@ import threading
 from dataclasses import dataclass
 from functools import partial
 
+from danaus.core import config
+from danaus.core.settings import variable
 from danaus.core.transport import DeviceMemory, Memory, MemoryHandle, ProcLoss, memory_owner_lost
 from danaus.transports.tcp.ioloop import IoLoop, Settle
 from danaus.transports.ucx.rma_library import BAD_KEY, CLOSED, DROPPED, NativeRma, Region, load
@@ -63,8 +65,6 @@ GRACE = 5.0
 """Seconds dropped memory stays alive after UCX has flushed what it was sending from it."""
 LOSS_WAIT = 5.0
 """Seconds a transfer that UCX failed waits to learn whether its owner is lost."""
-SWITCH = "DANAUS_UCX_RMA"
-"""Set to ``off`` to have the owner's transport thread serve transfers instead."""
 
 
 @dataclass(frozen=True)
@@ -135,8 +135,8 @@ def network_devices(bind_host: str) -> str:
 
 def available(proc: str, io: IoLoop, bind_host: str) -> tuple[OneSidedMemory | None, str]:
     """This process's one-sided memory, or None and why there is none."""
-    if os.environ.get(SWITCH, "").lower() in ("0", "off", "no", "false"):
-        return None, f"one-sided transfers are turned off ({SWITCH}={os.environ[SWITCH]})"
+    if not config.setting("ucx_rma"):
+        return None, f"one-sided transfers are turned off ({variable('ucx_rma')}=off)"
     from danaus.transports.ucx import rma_build  # not at import: it also runs as a script
 
     try:

@@ -5,7 +5,7 @@ dependency of ``ucxx``) ships. A compiled extension built by ``pip install``
 would need them at build time, and pip builds in an isolated environment that
 has no ``ucxx``; so the library is compiled on first use instead, with the C++
 compiler (``$CXX``, else ``g++``), against the UCX of the environment that runs
-it, into a cache directory (``$DANAUS_CACHE_DIR``, else
+it, into a cache directory (the ``cache_dir`` setting, ``$DANAUS_CACHE_DIR``; else
 ``$XDG_CACHE_HOME/danaus``, else ``~/.cache/danaus``). The directory's name
 hashes the source, the UCX headers and the machine, so a change of either
 builds anew; a file lock lets the processes of a job that start together build
@@ -29,6 +29,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from danaus.core import config
+
 SOURCE = Path(__file__).with_name("rma.cpp")
 LIBRARY = "libdanaus_rma.so"
 COMPILE_TIMEOUT = 300.0
@@ -40,7 +42,7 @@ class RmaUnavailable(RuntimeError):
 
 def cache_root() -> Path:
     """Where compiled libraries are kept."""
-    configured = os.environ.get("DANAUS_CACHE_DIR")
+    configured = config.setting("cache_dir")
     if configured:
         return Path(configured)
     xdg = os.environ.get("XDG_CACHE_HOME")

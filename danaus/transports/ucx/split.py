@@ -355,9 +355,9 @@ class SplitPlane:
         if ask:
             self.small.send(dest, [ASK])
 
-    def resolved(self, dest: str, address: str) -> None:
-        """``dest`` receives at ``address`` (its stream plane's)."""
-        self.small.resolved(dest, address)
+    def resolved(self, dest: str) -> None:
+        """``dest``'s address (its stream plane's) is known."""
+        self.small.resolved(dest)
 
     def forget(self, dest: str) -> None:
         """``dest`` is lost: both planes drop it, and so does the ordering of its messages."""

@@ -22,6 +22,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
+from danaus.core import config
 from danaus.core.blocking import discard_outcome
 from danaus.core.transport import Memory, MemoryHandle, ProcLoss, memory_owner_lost
 from danaus.transports.tcp.ioloop import Settle, settler
@@ -45,10 +46,11 @@ class UcxTransport(TcpTransport):
     """TcpTransport whose data plane is UCX, with one-sided RDMA where the library is at hand."""
 
     memory_backend = "ucx"
+    data: SplitPlane
 
     def __init__(self, *args: Any, bind_host: str, **kwargs: Any) -> None:
         restrict_to(bind_host)  # now: UCX and the one-sided worker start later, on demand
-        self._bulk_routes = bulk_routes(os.environ)
+        self._bulk_routes = bulk_routes(config.setting("ucx_bulk"), os.environ)
         self._bind_host = bind_host
         self._memory_lock = threading.Lock()
         self._memory_ready = False
@@ -183,7 +185,7 @@ class UcxTransport(TcpTransport):
         settle: Settle,
     ) -> None:
         assert self.one_sided is not None
-        loss = self._lost.get(handle.owner)
+        loss = self.peers.lost.get(handle.owner)
         if loss is not None:
             settle(memory_owner_lost(loss))
         else:
@@ -204,7 +206,7 @@ class UcxTransport(TcpTransport):
         super()._memory_message(src, frames)
 
     def _peer_lost(self, loss: ProcLoss) -> None:
-        known = loss.proc in self._lost
+        known = loss.proc in self.peers.lost
         super()._peer_lost(loss)
         one_sided = self._started_one_sided()
         if not known and one_sided is not None:

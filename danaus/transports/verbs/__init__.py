@@ -2,8 +2,9 @@
 
 Messages between actors are SENDs into receive buffers posted ahead, under
 credit-based flow control; `RDMABuffer` transfers are one-sided RDMA READs and
-WRITEs that the owner's NIC serves. The device is chosen by the environment
-(`danaus.transports.verbs.settings`): RDMA hardware through pyverbs, or
+WRITEs that the owner's NIC serves. The device is chosen by each process's
+settings (``verbs_provider``, ``verbs_device`` and the rest, from its
+environment, `danaus.core.settings`): RDMA hardware through pyverbs, or
 (``DANAUS_VERBS_PROVIDER=emulated``, a test facility) a device emulated
 between processes. Selecting ``verbs`` on a host without a usable device, or
 without pyverbs, fails in `configured`, with one sentence saying why and
@@ -12,16 +13,13 @@ what to use instead.
 
 from __future__ import annotations
 
-import functools
-from typing import Any
-
-from danaus.transports.tcp import configured as tcp_configured
+from danaus.core.settings import FIELDS, Settings
+from danaus.transports import tcp
 from danaus.transports.tcp.world import TcpWorld
 from danaus.transports.verbs import providers
-from danaus.transports.verbs.settings import Settings
 from danaus.transports.verbs.transport import VerbsTransport
 
-__all__ = ["VerbsWorld", "World", "configured", "create_world"]
+__all__ = ["OPTIONS", "VerbsWorld", "World", "configured", "create_world"]
 
 
 class VerbsWorld(TcpWorld):
@@ -35,18 +33,20 @@ class VerbsWorld(TcpWorld):
 World = VerbsWorld
 """The world class of this transport (workers make theirs with ``World.worker``)."""
 
+OPTIONS = tcp.OPTIONS | {name for name in FIELDS if name.startswith("verbs_")}
+"""The settings this transport takes: tcp's, and which device each process uses."""
 
-@functools.wraps(tcp_configured, assigned=())  # its signature is tcp's: the options it takes
-def configured(**options: Any) -> None:
-    """Check the options (tcp's) and that this host has a device to use.
+
+def configured(settings: Settings) -> None:
+    """Check the settings (as tcp does) and that this host has a device to use.
 
     Raises ``ImportError`` when pyverbs is missing and ``RuntimeError`` when no
     RDMA device can be used, each with one sentence that says what to do.
     """
-    tcp_configured(**options)
-    providers.check(Settings.from_environment())
+    tcp.configured(settings)
+    providers.check(settings)
 
 
-def create_world(**options: Any) -> VerbsWorld:
-    """The controller's world (``configured`` has checked the options and the device)."""
-    return VerbsWorld.controller(**options)
+def create_world(settings: Settings) -> VerbsWorld:
+    """The controller's world (``configured`` has checked the settings and the device)."""
+    return VerbsWorld.controller(settings)

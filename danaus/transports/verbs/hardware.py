@@ -3,7 +3,7 @@
 pyverbs is imported here only, when the ``pyverbs`` provider is chosen, so
 Danaus imports without it. `check` turns what pyverbs and the kernel say
 about a host without a usable device into one sentence; `open_device` opens
-the device and port the settings choose (`danaus.transports.verbs.settings`).
+the device and port the settings choose (`danaus.transports.verbs.providers`).
 
 Queue pairs are reliable-connected, routed with a global route header (the
 port's GID at the chosen index; on InfiniBand the LID as well), the path MTU
@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 from typing import Any
 
+from danaus.core.settings import Settings
 from danaus.transports.verbs.device import (
     Access,
     Completion,
@@ -34,7 +35,6 @@ from danaus.transports.verbs.device import (
     WcStatus,
     WrOpcode,
 )
-from danaus.transports.verbs.settings import Settings
 
 INSTEAD = (
     "use transport='tcp' or 'ucx' on this host, or set DANAUS_VERBS_PROVIDER=emulated "
@@ -79,18 +79,18 @@ def _open_port(settings: Settings) -> tuple[Any, str, int, Any]:
     """The opened context, device name, port number and port attributes the settings choose."""
     verbs = pyverbs()
     names = _device_names()
-    if settings.device is not None and settings.device not in names:
+    if settings.verbs_device is not None and settings.verbs_device not in names:
         raise NoDeviceError(
-            f"no RDMA device named {settings.device!r} on this host (it has "
+            f"no RDMA device named {settings.verbs_device!r} on this host (it has "
             f"{', '.join(names)}): set DANAUS_VERBS_DEVICE to one of them"
         )
-    for name in [settings.device] if settings.device else names:
+    for name in [settings.verbs_device] if settings.verbs_device else names:
         try:
             context = verbs.device.Context(name=name)
         except verbs.pyverbs_error.PyverbsError:
             continue
         count = context.query_device().phys_port_cnt
-        ports = [settings.port] if settings.port else range(1, count + 1)
+        ports = [settings.verbs_port] if settings.verbs_port else range(1, count + 1)
         for port in ports:
             try:
                 attributes = context.query_port(port)
@@ -99,7 +99,8 @@ def _open_port(settings: Settings) -> tuple[Any, str, int, Any]:
             if attributes.state == verbs.enums.IBV_PORT_ACTIVE:
                 return context, name, port, attributes
         context.close()
-    where = f"{settings.device} port {settings.port or 'any'}" if settings.device else "any device"
+    device, port = settings.verbs_device, settings.verbs_port
+    where = f"{device} port {port or 'any'}" if device else "any device"
     raise NoDeviceError(
         f"no active RDMA port on {where} (check the link with ibstat or rdma link, and on "
         f"InfiniBand that a subnet manager runs): {INSTEAD}"
@@ -114,7 +115,7 @@ def check(settings: Settings) -> None:
 
 def open_device(settings: Settings) -> HardwareDevice:
     context, name, port, attributes = _open_port(settings)
-    return HardwareDevice(context, name, port, attributes, settings.gid_index)
+    return HardwareDevice(context, name, port, attributes, settings.verbs_gid_index)
 
 
 def _gid_bytes(gid: Any) -> bytes:

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from danaus.core.settings import Limits
 from danaus.transports.tcp.buffers import allocate
-from danaus.transports.tcp.limits import Limits
 from danaus.transports.verbs.channel import Channel, Context
 from danaus.transports.verbs.credits import Credits
 from danaus.transports.verbs.device import Access, Completion, DeviceError, WcStatus, WrOpcode

@@ -23,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from danaus.core.settings import Limits
 from danaus.core.transport import ProcLoss, memory_owner_lost
 from danaus.transports.tcp.ioloop import IoLoop
-from danaus.transports.tcp.limits import Limits
 from danaus.transports.verbs import setup
 from danaus.transports.verbs.channel import POLL_INTERVAL, Channel, Context
 from danaus.transports.verbs.device import Device, DeviceError, Timeouts
@@ -102,7 +102,7 @@ class VerbsPlane:
         """Queue ``message`` (kind frame first) for ``dest``."""
         self.context.io.call_soon(self._send, dest, message)
 
-    def resolved(self, dest: str, address: str) -> None:
+    def resolved(self, dest: str) -> None:
         """Peers are reached by the endpoints they offer, not by their published address."""
 
     def forget(self, dest: str) -> None:

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from danaus.core import wire
+from danaus.core.settings import ENVELOPE_ROOM
 from danaus.transports.tcp.buffers import allocate
-from danaus.transports.tcp.limits import ENVELOPE_ROOM
 from danaus.transports.tcp.records import carried_frames
 from danaus.transports.verbs.registrations import Pin
 

@@ -24,16 +24,17 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from danaus.core import config
 from danaus.core.rdma import Memory
 from danaus.core.transport import ROOT, MemoryHandle, ProcLoss, memory_owner_lost
 from danaus.transports.tcp.ioloop import settler
 from danaus.transports.tcp.memory import MEMORY
 from danaus.transports.tcp.transport import TcpTransport
 from danaus.transports.verbs import providers, setup
+from danaus.transports.verbs.device import Timeouts
 from danaus.transports.verbs.memory import Operation, VerbsHandle
 from danaus.transports.verbs.plane import VerbsPlane
 from danaus.transports.verbs.registrations import Registrations
-from danaus.transports.verbs.settings import Settings
 
 log = logging.getLogger("danaus.verbs")
 
@@ -43,21 +44,22 @@ class VerbsTransport(TcpTransport):
 
     memory_backend = "verbs"
     memory_one_sided = True
+    data: VerbsPlane
 
     def _data_plane(self, bind_host: str) -> VerbsPlane:
-        """Open the device the environment names (`danaus.transports.verbs.settings`)."""
-        settings = Settings.from_environment()
+        """Open the device this process's settings name (`danaus.transports.verbs.providers`)."""
+        settings = config.settings()
         device = providers.open_device(settings)
         self.memory_devices = device.memory_kinds
         registrations = Registrations(
-            device, settings.cache_bytes, providers.gpu_registrar(settings)
+            device, settings.verbs_cache_bytes, providers.gpu_registrar(settings)
         )
         return VerbsPlane(
             self.proc_id,
             self.io,
             device,
             registrations,
-            settings.timeouts,
+            Timeouts(settings.verbs_timeout, settings.verbs_retry_count),
             self.limits,
             self._from_plane,
             self._send_setup,
@@ -102,8 +104,8 @@ class VerbsTransport(TcpTransport):
                 operation.settle(exc)
             else:
                 operation.settle(None)
-        elif owner in self._lost:
-            operation.settle(memory_owner_lost(self._lost[owner]))
+        elif owner in self.peers.lost:
+            operation.settle(memory_owner_lost(self.peers.lost[owner]))
         else:
             self.data.start_operation(operation)
 
@@ -133,6 +135,6 @@ class VerbsTransport(TcpTransport):
             self._peer_lost(ProcLoss(peer, f"is unreachable over its queue pair: {reason}"))
 
     def _peer_lost(self, loss: ProcLoss) -> None:
-        if loss.proc not in self._lost:
+        if loss.proc not in self.peers.lost:
             self.data.lost(loss)
         super()._peer_lost(loss)
