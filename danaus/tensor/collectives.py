@@ -83,8 +83,6 @@ class Collectives:
         self._groups.clear()
         self._stores.clear()
 
-    # ---- torch.distributed --------------------------------------------------------
-
     def _on_process_group(
         self,
         executor: Executor,
@@ -146,8 +144,6 @@ class Collectives:
         except ValueError:
             unspecified = False
         return socket.gethostbyname(socket.gethostname()) if unspecified else address
-
-    # ---- over messages (the simulator) ------------------------------------------------
 
     def exchange(
         self, executor: Executor, members: tuple[int, ...], parts: list[torch.Tensor]

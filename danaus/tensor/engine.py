@@ -151,8 +151,6 @@ class Engine:
         """The tensor workers of the mesh (another mesh's workers name them to send to)."""
         return self.delivery.workers
 
-    # ---- handles -------------------------------------------------------------------
-
     def new_event(self) -> int:
         return next(self._events)
 
@@ -175,8 +173,6 @@ class Engine:
         self._drops.append((placement_of(mesh).shape, self.stream_id(stream), ident))
         if not self._scheduled:
             self._schedule()
-
-    # ---- definitions every worker keeps ----------------------------------------------
 
     def streams(self) -> dict[Stream, int]:
         """The streams used so far on this mesh, and their ids."""
@@ -224,8 +220,6 @@ class Engine:
         """Send a definition to every live worker now (ahead of the batches that use it)."""
         with self._lock:
             self.delivery.setup(command)
-
-    # ---- the command stream ----------------------------------------------------------
 
     def record(
         self, mesh: ProcMesh, stream: Stream, command: tuple[Any, ...], traced: bool = False

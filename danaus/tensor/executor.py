@@ -70,8 +70,6 @@ class Executor:
             by_kind[kind] for kind in range(len(by_kind))
         ]
 
-    # ---- the queue ----------------------------------------------------------------
-
     def submit(self, place: tuple[int, int], batch: list[tuple[Any, ...]]) -> None:
         """Run ``batch`` after what this stream already has (from the worker's thread).
 
@@ -126,8 +124,6 @@ class Executor:
         self._runner.loop.call_soon_threadsafe(stopped.set)
         self._runner.close()
         stopped.wait(timeout)
-
-    # ---- running ------------------------------------------------------------------
 
     def _run(self, place: tuple[int, int], batch: list[tuple[Any, ...]]) -> None:
         isolated = self.state.isolated
@@ -256,8 +252,6 @@ class Executor:
 
     def _definition(self, command: tuple[Any, ...]) -> None:
         raise ValueError(f"command kind {command[0]} is a definition: it does not run on a stream")
-
-    # ---- failures -----------------------------------------------------------------
 
     def _failed(self, command: tuple[Any, ...], exc: Exception, key: tuple[int, int]) -> None:
         if isinstance(exc, Poisoned):

@@ -123,7 +123,7 @@ class AdminSocket:
         self._router.close(0)
         self._context.destroy(linger=0)
 
-    # ---- I/O thread ---------------------------------------------------------------------
+    # The methods below run on the I/O thread.
 
     def _readable(self) -> None:
         while True:

@@ -246,8 +246,6 @@ class Attacher:
         loss = ProcLoss(link.agent, f"could not be attached: {why}", host=link.address)
         self._directory.lost(loss)
 
-    # ---- releasing --------------------------------------------------------------------
-
     def release(self, agent: str, final: bool, settle: Settle) -> None:
         """Ask the worker of ``agent`` to end it (and exit, if ``final``); ``settle`` when done."""
         link = self._links.get(agent)

@@ -148,8 +148,6 @@ class Directory:
         else:
             self._watchers.setdefault(proc, {})[requester] = None
 
-    # ---- hosts ------------------------------------------------------------------------
-
     def hosting(self, agent: str, procs: Iterable[str]) -> None:
         """Host agent ``agent`` is to start ``procs``: they are lost with it."""
         hosted = self._hosted.setdefault(agent, {})
@@ -217,8 +215,6 @@ class Directory:
             self._kill(proc, sig)
         else:
             self._send(agent, control.Signal(proc, sig))
-
-    # ---- losses -----------------------------------------------------------------------
 
     def lost(self, loss: ProcLoss) -> None:
         """``loss.proc`` is gone: tell everyone who watches or looks for it (once).

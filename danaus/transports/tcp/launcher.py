@@ -275,7 +275,7 @@ class LocalLauncher(Launcher):
             call_soon(fn, item, settler(loop, future))
         return futures
 
-    # ---- the starter's thread ----------------------------------------------------------
+    # The methods below run on the starter's thread.
 
     def _fork_server(self) -> ForkServer | None:
         """The fork server, started the first time it is asked for (most workers never launch)."""
@@ -343,7 +343,7 @@ class LocalLauncher(Launcher):
         )
         _hand_over(popen.stdin, bootstrap)
 
-    # ---- I/O thread -------------------------------------------------------------------
+    # The methods below run on the I/O thread.
 
     def _watch(
         self,

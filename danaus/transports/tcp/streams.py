@@ -297,8 +297,6 @@ class StreamPlane:
     def on_loop_thread(self) -> bool:
         return asyncio._get_running_loop() is self.loop
 
-    # ---- sending ----------------------------------------------------------------------
-
     def send(self, dest: str, message: list[Any]) -> None:
         """Send ``message`` (its frames) to ``dest``, from any thread, without blocking."""
         with self._lock:
@@ -344,8 +342,6 @@ class StreamPlane:
     def _close_inbound_from(self, dest: str) -> None:
         for inbound in [i for i in self._inbound if i.peer == dest]:
             inbound.close()
-
-    # ---- accepting --------------------------------------------------------------------
 
     def _accept_ready(self, listener: socket.socket) -> None:
         while True:
@@ -421,8 +417,6 @@ class StreamPlane:
 
     def dropped(self, inbound: Inbound) -> None:
         self._inbound.discard(inbound)
-
-    # ---- ending -----------------------------------------------------------------------
 
     def unsent(self) -> bool:
         """Whether messages still wait for an address, a connection or the kernel."""
@@ -546,7 +540,7 @@ class Outbound:
         if self._ready:
             self._arm()
 
-    # ---- opening (loop's thread) --------------------------------------------------------
+    # The methods below open streams, on the loop's thread.
 
     def connect(self) -> None:
         if not self._closed and self._opening is None:
@@ -633,7 +627,7 @@ class Outbound:
             return exchange, None
         return exchange, await _offer_ring(plane.loop, sock)
 
-    # ---- writing (under the lock) -------------------------------------------------------
+    # The methods below write, with the lock held.
 
     def _write(self) -> bool:
         """Hand the kernel what it takes now; True once nothing is left."""
@@ -750,7 +744,7 @@ class Outbound:
                 self._plane.loop.remove_writer(self._sock.fileno())
                 self._armed = False
 
-    # ---- closing (loop's thread) --------------------------------------------------------
+    # The methods below close streams, on the loop's thread.
 
     def close(self, deadline: float | None = None) -> None:
         """Close the connection; with a ``deadline``, send what is left until then first."""

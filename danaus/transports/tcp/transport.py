@@ -131,7 +131,7 @@ class TcpTransport(Transport):
             lambda peer, reason: self.report_unreachable(peer, "data connection", reason),
         )
 
-    # ---- the contract (any thread) ----------------------------------------------------
+    # The transport's contract: any thread may call these.
 
     def start(
         self, on_frames: FrameHandler, on_loss: LossHandler, on_refused: RefusalHandler
@@ -216,7 +216,7 @@ class TcpTransport(Transport):
                 handle, offset, view, write, settle, lambda: not future.done(), landing
             )
 
-    # ---- I/O thread ---------------------------------------------------------------------
+    # The methods below run on the I/O thread.
 
     def _send_memory(self, dest: str, message: list[Any]) -> None:
         """Send a memory message (kind frame first) on the data plane, beside core messages."""

@@ -127,7 +127,7 @@ class WorkerLoop:
         self._context.destroy(linger=1000)
         self._done.set()
 
-    # ---- I/O thread -------------------------------------------------------------------
+    # The methods below run on the I/O thread.
 
     def _readable(self) -> None:
         while True:

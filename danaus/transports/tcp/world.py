@@ -250,8 +250,6 @@ class TcpWorld(World):
         self.output = self.logs.tee(_write_output)
         return self.directory
 
-    # ---- making worlds ----------------------------------------------------------------
-
     @classmethod
     def controller(cls, settings: Settings) -> TcpWorld:
         """The controller's world, started: the root proc, the directory, and this host's agent.
@@ -381,8 +379,6 @@ class TcpWorld(World):
         self.loop.call_soon_threadsafe(call)
         return result.result()
 
-    # ---- the worker's life ------------------------------------------------------------
-
     def serve_forever(self) -> None:
         """Run this worker until its controller tells it to exit (or disappears)."""
         asyncio.set_event_loop(self.loop)
@@ -464,8 +460,6 @@ class TcpWorld(World):
         last_words.flush()
         os._exit(code)
 
-    # ---- attaching workers (controller) ------------------------------------------------
-
     def attach(self, workers: Sequence[str], key: object, timeout: float) -> list[str]:
         if self.attacher is None:
             raise RuntimeError("only the controller attaches to workers")
@@ -523,8 +517,6 @@ class TcpWorld(World):
 
         self.io.call_soon(start)
         done.wait(timeout)
-
-    # ---- the contract -----------------------------------------------------------------
 
     @property
     def root(self) -> Runtime:
