@@ -4,12 +4,16 @@ Everything users need is importable from here (and from ``danaus.sim``,
 ``danaus.rdma``, ``danaus.chaos``, ``danaus.spmd``, ``danaus.tensor`` and
 ``danaus.random``); the modules under ``danaus.core`` are the implementation. The
 tensor engine's names (``danaus.inspect``, ``danaus.Tensor``...) load torch on first
-use, not here. Importing this package changes nothing: it makes no world, configures
-nothing and leaves asyncio as it was.
+use, not here. Importing this package makes no world and configures nothing, with one
+exception: under ``DANAUS_TRANSPORT=sim`` it routes ``asyncio.run`` to the simulator.
+asyncio offers no later hook, and a test runner (pytest-asyncio, say) makes its event loop
+before a test's first use of Danaus: without it, such a suite could not run on the simulator
+unchanged.
 """
 
 import importlib as _importlib
 
+from danaus.core import config as _config
 from danaus.core.actor import Actor, concurrent_endpoint, endpoint
 from danaus.core.actor_logs import settings as config
 from danaus.core.actor_mesh import ActorMesh
@@ -135,3 +139,9 @@ def __getattr__(name: str) -> object:
     if name in _FROM_TENSOR:
         return getattr(_importlib.import_module("danaus.tensor"), name)
     raise AttributeError(f"module 'danaus' has no attribute {name!r}")
+
+
+if _config.selected() == "sim":
+    from danaus.transports.sim import route_asyncio_run as _route_asyncio_run
+
+    _route_asyncio_run()
