@@ -98,6 +98,32 @@ class _NeverFree:
         return blocking
 
 
+SLICE = 0.004
+"""What a yield takes when another thread computes on its CPU: a scheduler's time slice."""
+
+
+def test_a_yield_that_hands_the_cpu_over_briefly_does_not_pause_polling(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A yield that lets a thread of the job run for a moment (the one that reads the awaited
+    message, say) is the hand-off polling is for, not a sign of a host short of CPU."""
+    clock = _Clock()
+    yields: list[float] = []
+
+    def handing_over() -> None:
+        yields.append(clock.now)
+        clock.now += 100e-6
+
+    monkeypatch.setattr(awake, "time", clock)
+    monkeypatch.setattr(awake.os, "sched_yield", handing_over)
+    waits = awake.Waits(1000)
+    waits.acquire(_NeverFree(), 30)  # type: ignore[arg-type]
+    assert len(yields) >= 10  # the whole spin (1 ms), one yield per 100 us
+    polled = len(yields)
+    waits.acquire(_NeverFree(), 30)  # type: ignore[arg-type]
+    assert len(yields) == 2 * polled  # and the next wait polls as long
+
+
 def test_polling_pauses_while_the_cpu_is_wanted_elsewhere(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -105,9 +131,9 @@ def test_polling_pauses_while_the_cpu_is_wanted_elsewhere(
     yields: list[float] = []
 
     def busy_yield() -> None:
-        """Each yield runs another thread for a millisecond: the CPU has no time to spare."""
+        """Each yield runs another thread for a time slice: the CPU has no time to spare."""
         yields.append(clock.now)
-        clock.now += 0.001
+        clock.now += SLICE
 
     monkeypatch.setattr(awake, "time", clock)
     monkeypatch.setattr(awake.os, "sched_yield", busy_yield)
@@ -138,7 +164,7 @@ def test_polling_resumes_at_full_length_once_yields_come_back_at_once(
 
     def yield_() -> None:
         yields.append(clock.now)
-        clock.now += 0.001 if busy[0] else 1e-6
+        clock.now += SLICE if busy[0] else 1e-6
 
     monkeypatch.setattr(awake, "time", clock)
     monkeypatch.setattr(awake.os, "sched_yield", yield_)
@@ -159,7 +185,7 @@ def test_a_pause_is_the_waits_own(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def busy_yield() -> None:
         yields.append(clock.now)
-        clock.now += 0.001
+        clock.now += SLICE
 
     monkeypatch.setattr(awake, "time", clock)
     monkeypatch.setattr(awake.os, "sched_yield", busy_yield)

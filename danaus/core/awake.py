@@ -20,12 +20,14 @@ polling takes only what nobody else wants. Then the thread sleeps: a proc
 with nothing to do polls once, for `spin` seconds, not until its next message.
 
 Polling pays only while the host has a CPU to spare. A yield that comes back
-late (after `CONTENDED` seconds) ran someone else's work: a busy thread of
-another process on that CPU, or one of this proc's threads that wanted the
-interpreter's lock. Every poll of the proc's `Waits` then stops, and none starts for a
-while (`BACKOFF`, doubled while it keeps happening, up to `MAX_BACKOFF`): on a
-host whose CPUs all compute, a proc's waits sleep at once, as they would with
-no polling at all.
+after a moment ran a thread that had a short task, which is the hand-off polling
+is for (the thread that reads the awaited message, on a host with as many busy
+threads as CPUs). One that comes back late (after `CONTENDED` seconds, close to a
+scheduler's time slice) ran someone else's computation: a busy thread of another
+process on that CPU, or one of this proc's threads that computes. Every poll of
+the proc's `Waits` then stops, and none starts for a while (`BACKOFF`, doubled
+while it keeps happening, up to `MAX_BACKOFF`): on a host whose CPUs all
+compute, a proc's waits sleep at once, as they would with no polling at all.
 """
 
 from __future__ import annotations
@@ -41,9 +43,11 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-CONTENDED = 50e-6
-"""Seconds after which a yield is taken to have run another thread's work: a yield that finds
-nothing else to run returns in a microsecond or two."""
+CONTENDED = 1e-3
+"""Seconds after which a yield is taken to have run another thread's computation: a yield that
+finds nothing else to run returns in a microsecond or two, one that hands the CPU to a thread
+with a short task (reading a message) in tens of microseconds, while a thread that computes
+keeps the CPU for a time slice of a few milliseconds."""
 BACKOFF = 0.01
 """Seconds during which no wait polls, after a poll found the CPU wanted elsewhere."""
 MAX_BACKOFF = 1.0
