@@ -44,7 +44,9 @@ class IoLoop:
         self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         # Closed with this object, never before: a thread may still call_soon after
         # the loop has stopped, and a closed number may already name another file.
-        weakref.finalize(self, os.close, self._wake_fd)
+        # Not at the interpreter's exit: the loop's thread (a daemon) may still poll
+        # it then, and the process's end closes it anyway.
+        weakref.finalize(self, os.close, self._wake_fd).atexit = False
         self._woken = False
         self._poller.register(self._wake_fd, zmq.POLLIN)
         self._running = True
