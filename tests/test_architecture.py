@@ -253,3 +253,13 @@ def test_no_phantom_names():
         assert importlib.util.find_spec(f"danaus.transports.{transport}") is not None
     for name in danaus.__all__:
         assert getattr(danaus, name) is not None
+
+
+def test_the_lazy_names_are_those_their_modules_export():
+    """The package lists the names it loads on first use (so that ``import danaus`` loads
+    neither torch nor a transport): each list must stay within its module's ``__all__``."""
+    pytest.importorskip("torch")
+    workers = importlib.import_module("danaus.workers")
+    tensor = importlib.import_module("danaus.tensor")
+    assert set(danaus._FROM_WORKERS) <= set(workers.__all__)
+    assert set(danaus._FROM_TENSOR) <= set(tensor.__all__)
