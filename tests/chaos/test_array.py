@@ -5,8 +5,6 @@ tasks run by hand, without SLURM (tests/job/test_chaos_array.py runs them on a c
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,20 +16,7 @@ from danaus.chaos.checkers import Violation
 from danaus.chaos.results import SeedResult
 from danaus.chaos.runner import checks_determinism
 from danaus.job.slurm_array import array_indices
-
-ROOT = Path(__file__).resolve().parents[2]
-TARGET = "tests/chaos/scenarios.py::FailsTwoWays"
-SEEDS = range(0, 30)
-
-
-def chaos(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "danaus", "chaos", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+from tests.chaos.test_run_report import ROOT, SEEDS, TARGET, chaos
 
 
 def a_run(directory: Path, tasks: int = 3, seeds: range = SEEDS) -> ArrayRun:
