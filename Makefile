@@ -42,9 +42,11 @@ demo: $(PACKAGE_STAMP)
 	$(BIN)/python examples/getting_started.py
 
 # The suite starts hundreds of interpreters: each reuses the bytecode the first one wrote,
-# even where the environment says not to write it (an empty value turns that off).
+# even where the environment says not to write it (an empty value turns that off). Two
+# pytest workers: most tests wait on other processes, so two keep the machine's cores busy;
+# the tests that share a session's cluster stay in one worker (tests/conftest.py).
 test: install
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -n 2 --dist loadgroup
 
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict

@@ -22,11 +22,13 @@ SHARED_RESOURCES = {"namespace_cluster": "cluster", "slurm_cluster": "slurm"}
 """Session-wide resources, by fixture, and the group of tests that share one (pytest-xdist)."""
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that share a session's cluster run in one xdist worker (``--dist loadgroup``).
 
     A worker that runs none of them never makes the cluster; the suite's other
-    tests spread over the workers as they free up.
+    tests spread over the workers as they free up. First of the hooks, since
+    xdist's own reads the groups to name each test's work unit.
     """
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
