@@ -44,7 +44,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+
 from _workloads import FULL, QUICK, MeshFramework, broadcast_gather, call_one_rtt, pipelined
+from headless_chromium import CHROMIUM, CHROMIUM_ARGS
 from top_overhead import cpu_seconds
 
 import danaus
@@ -53,19 +56,8 @@ from danaus.admin import jobfile, protocol
 from danaus.admin.views import ProfileView, StacksView
 from danaus.transports.tcp.admin import AdminClient
 
-CHROMIUM = "/usr/bin/chromium"
 BIN = os.path.dirname(sys.executable)
 """Where this Python's scripts are (py-spy, if it was installed beside it)."""
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 WATCHER = """
 import json, sys, time

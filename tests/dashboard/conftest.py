@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from headless_chromium import CHROMIUM, CHROMIUM_ARGS
 
 from danaus.dashboard.launch import Served, serve
 from danaus.dashboard.sources import Source
@@ -21,17 +22,6 @@ from tests.observe.conftest import job_env  # noqa: F401 (a fixture: a job's pri
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 """Where screenshots are copied for people and CI to look at (git-ignored)."""
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 REQUIRED = "DANAUS_BROWSER_TESTS"
 """Set to ``required`` (CI does) to fail, rather than skip, where there is no browser."""
 
