@@ -13,7 +13,10 @@ long call into C, the import of a large library) cannot answer meanwhile:
 such a proc is busy, not lost. Its launcher (this process's own, or the host
 agent's on another host, asked with `Check`) tells a running process from one
 that is paused, gone, or wedged with every thread asleep, by its state and
-the CPU time it uses.
+the CPU time it uses. Silence is counted on the directory's own clock, in time
+its thread was awake to hear answers (`_AwakeClock`): while the controller's
+code holds the interpreter, no ping goes out and no answer is read, and its
+procs are not to blame.
 
 It also knows which host agent starts each proc (`Hosting`, sent before the
 agent is asked to), so that a host that vanishes (its agent killed, its link
@@ -37,7 +40,7 @@ import logging
 import signal
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from danaus.core.transport import ROOT, ProcLoss
 from danaus.transports.tcp import control
@@ -46,12 +49,34 @@ from danaus.transports.tcp.ioloop import IoLoop
 log = logging.getLogger("danaus.directory")
 
 
+class _AwakeClock:
+    """Seconds the directory's thread has been awake to hear answers: the clock of silences.
+
+    A stretch in which that thread could not run (another thread of this process
+    held the interpreter's lock in a long call into C, or the host had no CPU to
+    spare) counts for two heartbeat intervals at most: answers that came
+    meanwhile are still unread, and no ping went out for procs to answer.
+    """
+
+    def __init__(self, interval: float) -> None:
+        self._longest_step = 2 * interval
+        self._seen = time.monotonic()
+        self._now = 0.0
+
+    def now(self) -> float:
+        real = time.monotonic()
+        self._now += min(real - self._seen, self._longest_step)
+        self._seen = real
+        return self._now
+
+
 @dataclass
 class _Entry:
     address: control.Address
     pid: int
     host: str
-    last_heard: float = field(default_factory=time.monotonic)
+    last_heard: float
+    """When it last answered a heartbeat (`_AwakeClock`), or registered; inf: never asked."""
     busy_since: float | None = None
     """When its launcher first vouched that it runs though it did not answer (None: it answers)."""
 
@@ -73,6 +98,7 @@ class Directory:
         self._io = io
         self._interval = heartbeat_interval
         self._timeout = heartbeat_timeout
+        self._clock = _AwakeClock(heartbeat_interval)
         self._kill = kill
         self._process_state = process_state
         """Asks this process's launcher what a proc it started does (None: not its child)."""
@@ -125,7 +151,7 @@ class Directory:
         if proc in self._losses:
             log.error("directory: %s registered after it was declared lost; ignored", proc)
             return
-        self._entries[proc] = _Entry(hello.address, hello.pid, hello.host)
+        self._entries[proc] = _Entry(hello.address, hello.pid, hello.host, self._clock.now())
         for sig in self._held.pop(proc, []):
             self.signal(proc, sig)
         for requester in self._lookups.pop(proc, {}):
@@ -251,11 +277,6 @@ class Directory:
                 )
             )
 
-    def last_heard(self, proc: str) -> float | None:
-        """When ``proc`` last answered a heartbeat (``time.monotonic``), if it is known."""
-        entry = self._entries.get(proc)
-        return entry.last_heard if entry is not None else None
-
     def live(self, proc: str) -> bool:
         """Whether ``proc`` has registered and is not lost."""
         return proc in self._entries
@@ -272,7 +293,7 @@ class Directory:
         entry = self._entries.get(proc)
         if entry is None:
             return
-        entry.last_heard = time.monotonic()
+        entry.last_heard = self._clock.now()
         if entry.busy_since is not None:
             log.info(
                 "directory: %s answers heartbeats again after %.1f s",
@@ -282,7 +303,7 @@ class Directory:
             entry.busy_since = None
 
     def _heartbeat(self) -> None:
-        now = time.monotonic()
+        now = self._clock.now()
         self._ping += 1
         for proc, entry in list(self._entries.items()):
             if proc in self._losses or entry.last_heard == float("inf"):
@@ -317,7 +338,7 @@ class Directory:
     def _vouched(self, launcher: str, proc: str, state: control.ProcessState) -> None:
         """The launcher of ``proc`` says what its process does."""
         entry = self._entries.get(proc)
-        if entry is None or time.monotonic() - entry.last_heard <= self._timeout:
+        if entry is None or self._clock.now() - entry.last_heard <= self._timeout:
             return
         if self._agent_of.get(proc, ROOT) != launcher:
             log.error("directory: %s vouched for %s, which it did not start", launcher, proc)
@@ -325,7 +346,7 @@ class Directory:
         if state == "halted":
             self._silent(proc, entry)
         elif state == "runs" and entry.busy_since is None:
-            entry.busy_since = time.monotonic()
+            entry.busy_since = self._clock.now()
             log.warning(
                 "directory: %s has not answered heartbeats for %g s, but its process runs: "
                 "its code holds the interpreter (a long call into C, a large import?)",
