@@ -207,6 +207,8 @@ class TcpWorld(World):
         self._closed = False
         self._silence = 0.0
         """Seconds this proc's I/O thread has been awake since the controller's last heartbeat."""
+        self._heard = False
+        """Whether a heartbeat came since `_check_controller` last ran."""
         self._last_check = 0.0
         """When `_check_controller` last ran (``time.monotonic``)."""
         self._controller_activity = (
@@ -403,6 +405,7 @@ class TcpWorld(World):
     def _worker_control(self, src: str, message: control.Control) -> None:
         if isinstance(message, control.Ping):
             self._silence = 0.0
+            self._heard = True
             self.transport.send_control(ROOT, control.Pong(message.seq))
         elif isinstance(message, control.Exit):
             self.loop.call_soon_threadsafe(self.loop.stop)
@@ -433,10 +436,11 @@ class TcpWorld(World):
     def _check_controller(self) -> None:
         """End this proc if the controller has been silent for the heartbeat timeout.
 
-        Silence is counted in time this thread was awake to hear: a check that
-        runs late (another thread held the interpreter's lock, the host had no
-        CPU to spare) counts for two intervals at most, since heartbeats that came
-        meanwhile may not be read yet. On the controller's own host, an interval
+        An interval in which a heartbeat came is not silent. Silence is counted
+        in time this thread was awake to hear: a check that runs late (another
+        thread held the interpreter's lock, the host had no CPU to spare) counts
+        for two intervals at most, since heartbeats that came meanwhile may not
+        be read yet. On the controller's own host, an interval
         in which the controller's process was seen running does not count: its
         heartbeats wait for its interpreter's lock (held by a long import or call
         into C), not for a process that is gone, paused or wedged.
@@ -444,8 +448,8 @@ class TcpWorld(World):
         now = time.monotonic()
         waited = min(now - self._last_check, 2 * self.options.heartbeat_interval)
         self._last_check = now
-        busy = self._controller_activity is not None and self._controller_activity.state() == "runs"
-        if not busy:
+        heard, self._heard = self._heard, False
+        if not heard and not self._controller_runs():
             self._silence += waited
         if self._silence > self.options.heartbeat_timeout:
             log.error(
@@ -453,6 +457,11 @@ class TcpWorld(World):
             )
             self.exit_now(70)
         self.io.call_later(self.options.heartbeat_interval, self._check_controller)
+
+    def _controller_runs(self) -> bool:
+        """Whether the controller's process was seen running (asked of the kernel only when
+        its heartbeats stop: a healthy job's procs do not poll it)."""
+        return self._controller_activity is not None and self._controller_activity.state() == "runs"
 
     def exit_now(self, code: int) -> NoReturn:
         """End this worker at once, and every proc it started (I/O thread, or any)."""
