@@ -33,7 +33,8 @@ class Sink(Actor):
 
 
 class Silence:
-    """The longest time since any of ``procs`` last answered a heartbeat, sampled on a thread."""
+    """The longest time any of ``procs`` went without answering a heartbeat, as the controller
+    counts it, sampled on a thread."""
 
     def __init__(self, procs: list[str]) -> None:
         self.longest = 0.0
@@ -53,11 +54,10 @@ class Silence:
         """Every 10 ms, and once more at the end, however short the transfer."""
         directory = installed().directory
         while True:
-            now = time.monotonic()
             for proc in self._procs:
-                heard = directory.last_heard(proc)
-                if heard is not None:
-                    self.longest = max(self.longest, now - heard)
+                silence = directory.silence(proc)
+                if silence is not None:
+                    self.longest = max(self.longest, silence)
             if self._done.is_set():
                 return
             self._done.wait(0.01)

@@ -158,7 +158,7 @@ def test_large_argument_small() -> None:
     """An 8 MiB argument (chunked at the default 4 MiB frames) and the heartbeat silence."""
     [row] = run_benchmark("large_argument.py", "--size", "8", "--runs", "1")
     assert row["benchmark"] == "large_argument" and row["procs_alive_after"] == 2
-    assert row["median_s"] > 0 and 0 < row["longest_heartbeat_silence_s"] < 3
+    assert row["median_s"] > 0 and 0 <= row["longest_heartbeat_silence_s"] < 3
 
 
 def test_top_overhead_small() -> None:

@@ -64,10 +64,15 @@ class _AwakeClock:
         self._now = 0.0
 
     def now(self) -> float:
+        """The clock's time, brought up to date (on the directory's thread only)."""
         real = time.monotonic()
         self._now += min(real - self._seen, self._longest_step)
         self._seen = real
         return self._now
+
+    def peek(self) -> float:
+        """The clock's time, left as it is (from any thread)."""
+        return self._now + min(time.monotonic() - self._seen, self._longest_step)
 
 
 @dataclass
@@ -276,6 +281,14 @@ class Directory:
                     pid=entry.pid if entry is not None else None,
                 )
             )
+
+    def silence(self, proc: str) -> float | None:
+        """Seconds ``proc`` has not answered heartbeats, on the directory's clock (None: not
+        known, or a proc of this process); from any thread."""
+        entry = self._entries.get(proc)
+        if entry is None or entry.last_heard == float("inf"):
+            return None
+        return self._clock.peek() - entry.last_heard
 
     def live(self, proc: str) -> bool:
         """Whether ``proc`` has registered and is not lost."""
