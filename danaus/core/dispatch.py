@@ -24,6 +24,7 @@ from danaus.core.ports import Port
 from danaus.core.remote_errors import actor_error_payload, describe
 from danaus.core.serialize import Buffer, dumps, loads
 from danaus.core.shape import Extent, Point
+from danaus.core.spawn_order import construction
 from danaus.core.supervision import MeshFailure
 from danaus.core.undeliverable import UndeliverableMessageEnvelope, undelivered
 from danaus.core.wire import PLAIN_PORT, Call
@@ -137,7 +138,7 @@ class Dispatcher:
         try:
             if sites is not None and (delay := sites.delay("spawn")):
                 await asyncio.sleep(delay)
-            cls, args, kwargs = loads(blob)
+            cls, args, kwargs = construction(self.runtime.world, blob)
             obj = cls.__new__(cls)
             self.adopt(obj)
             await self.invoke(partial(cls.__init__, obj, *args, **kwargs), is_async=False)

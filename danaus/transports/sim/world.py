@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import msgspec
 
@@ -26,13 +26,14 @@ from danaus.core.faults import Faults, Heal, healing_all
 from danaus.core.names import NumberedNames
 from danaus.core.owned import STOP_TIMEOUT
 from danaus.core.runtime import Runtime
-from danaus.core.serialize import loads
+from danaus.core.serialize import Buffer, loads
 from danaus.core.settings import Settings
 from danaus.core.trace import Trace
 from danaus.core.transport import ROOT, ActorRunner, Launcher, ProcSpec, World
 from danaus.core.waits import describe_waits
 from danaus.transports.sim import clocks, outside_waits, process_end
 from danaus.transports.sim.collector import CollectorTuning
+from danaus.transports.sim.decoded import DecodedOnce
 from danaus.transports.sim.loop import Handle, VirtualTimeLoop
 from danaus.transports.sim.network import LIVE, NetworkModel, SimNetwork
 from danaus.transports.sim.schedule import Exploration, owner_of
@@ -40,6 +41,8 @@ from danaus.transports.sim.threads import StoppedThreads
 from danaus.transports.sim.timeline import Timeline
 
 log = logging.getLogger("danaus.sim")
+
+T = TypeVar("T")
 
 PROCS_PER_HOST = 1_000_000
 """The procs a simulated host runs at most: as many as it is asked to, in practice."""
@@ -217,6 +220,7 @@ class SimWorld(World):
         self._cluster_tasks: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
         self.loop.set_task_factory(self._make_task)
         self._runner = GreenletRunner(self.loop)
+        self._decoded = DecodedOnce()
         self._hosts = NumberedNames("h", settings.hosts)
         self._hosts_set = frozenset(self._hosts)
         self._closed = False
@@ -244,6 +248,11 @@ class SimWorld(World):
 
     def actor_runner(self, name: str) -> ActorRunner:
         return self._runner
+
+    def decode_shared(
+        self, frames: Sequence[Buffer], decode: Callable[[Sequence[Buffer]], tuple[T, bool]]
+    ) -> T:
+        return self._decoded.decode(frames, decode)
 
     def boot(self, proc: str, host: str, host_agent: bool = False) -> Runtime:
         """Start proc ``proc`` on ``host`` now (``host_agent``: it is the host's agent)."""
