@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import danaus.sim
 from danaus import Actor, endpoint, hosts
-from danaus.core import spawn_order
+from danaus.core import dispatch, spawn_order
 from danaus.transports.sim.decoded import KEPT, DecodedOnce
 
 
@@ -76,6 +76,24 @@ def test_a_mesh_decodes_its_class_and_unchangeable_arguments_once(monkeypatch):
         return real(frames)
 
     monkeypatch.setattr(spawn_order, "loads", counted)
+
+    def main():
+        mesh = hosts().spawn_procs({"gpus": 8}).spawn("member", Member, "m", (1, 2))
+        return list(mesh.ping.call().get().values())
+
+    assert danaus.sim.run(main, hosts=2, seed=0).value == ["m"] * 16
+    assert decodes == [1]
+
+
+def test_a_mesh_decodes_its_spawn_order_once(monkeypatch):
+    decodes = []
+    real = dispatch._unchanging
+
+    def counted(payload):
+        decodes.append(len(payload))
+        return real(payload)
+
+    monkeypatch.setattr(dispatch, "_unchanging", counted)
 
     def main():
         mesh = hosts().spawn_procs({"gpus": 8}).spawn("member", Member, "m", (1, 2))

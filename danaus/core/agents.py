@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from danaus.core.actor import Actor, endpoint
+from danaus.core.actor import Actor, endpoint, shared_arguments
 from danaus.core.bootstrap import BootstrapCommand
 from danaus.core.context import current_rank
 from danaus.core.logs import LoggingOptions
@@ -64,6 +64,7 @@ class ProcAgent(_Agent):
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
 
+    @shared_arguments
     @endpoint
     async def spawn(self, order: SpawnOrder) -> None:
         """Host a member of an actor mesh (at this agent's position in the cast, by default)."""

@@ -55,6 +55,11 @@ Control = Supervise | Returned
 """What runs at an actor's next safe point, ahead of its queued messages."""
 
 
+def _unchanging(payload: list[Buffer]) -> tuple[tuple[tuple[Any, ...], dict[str, Any]], bool]:
+    """The arguments of a `shared_arguments` endpoint, which any proc may share."""
+    return loads(payload), True
+
+
 class Dispatcher:
     """Runs one actor's code for its messages and hooks, and answers its callers."""
 
@@ -170,7 +175,11 @@ class Dispatcher:
                 raise AttributeError(f"{self.instance.class_name} has no endpoint {call.method!r}")
             if sites is not None:
                 sites.check_call(self.instance.name, call.method)
-            args, kwargs = loads(payload)
+            args, kwargs = (
+                runtime.world.decode_shared(payload, _unchanging)
+                if spec.shared_arguments
+                else loads(payload)
+            )
             if explicit:
                 # An answer to a caller that is gone is dropped, as the runtime's own are.
                 args = (Port(call.reply, call.point, return_undeliverable=False), *args)
