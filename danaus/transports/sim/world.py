@@ -36,6 +36,7 @@ from danaus.transports.sim.collector import CollectorTuning
 from danaus.transports.sim.decoded import DecodedOnce
 from danaus.transports.sim.loop import Handle, VirtualTimeLoop
 from danaus.transports.sim.network import LIVE, NetworkModel, SimNetwork
+from danaus.transports.sim.proc_tasks import ProcTasks
 from danaus.transports.sim.schedule import Exploration, owner_of
 from danaus.transports.sim.threads import StoppedThreads
 from danaus.transports.sim.timeline import Timeline
@@ -216,7 +217,7 @@ class SimWorld(World):
         self.procs: dict[str, Runtime] = {}
         self._pids: dict[str, int] = {}
         self._pid_procs: dict[int, str] = {}
-        self._tasks: dict[str, weakref.WeakSet[asyncio.Task[Any]]] = {}
+        self._tasks: dict[str, ProcTasks] = {}
         self._cluster_tasks: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
         self.loop.set_task_factory(self._make_task)
         self._runner = GreenletRunner(self.loop)
@@ -292,7 +293,8 @@ class SimWorld(World):
             raise RuntimeError("the simulated controller cannot crash; end the program instead")
         self.network.down(proc, reason, **details)
         self.halt(proc)
-        for task in list(self._tasks.pop(proc, ())):
+        tasks = self._tasks.pop(proc, None)
+        for task in tasks.tasks() if tasks is not None else ():
             task.cancel()
 
     def _make_task(self, loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> Any:
@@ -312,8 +314,8 @@ class SimWorld(World):
             proc = ctx.actor_instance.runtime.proc_id
             tasks = self._tasks.get(proc)
             if tasks is None:
-                tasks = self._tasks[proc] = weakref.WeakSet()
-            tasks.add(task)
+                tasks = self._tasks[proc] = ProcTasks()
+            tasks.add_task(task)
         if ctx is not None or _is_danaus_coroutine(coro):
             asyncio.tasks._unregister_task(task)
             self._cluster_tasks.add(task)
