@@ -64,8 +64,8 @@ class ProcAgent(_Agent):
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
 
-    @shared_arguments
     @endpoint
+    @shared_arguments
     async def spawn(self, order: SpawnOrder) -> None:
         """Host a member of an actor mesh (at this agent's position in the cast, by default)."""
         rank = order.rank if order.rank is not None else current_rank()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -55,7 +55,9 @@ Control = Supervise | Returned
 """What runs at an actor's next safe point, ahead of its queued messages."""
 
 
-def _unchanging(payload: list[Buffer]) -> tuple[tuple[tuple[Any, ...], dict[str, Any]], bool]:
+def _unchanging(
+    payload: Sequence[Buffer],
+) -> tuple[tuple[tuple[Any, ...], dict[str, Any]], bool]:
     """The arguments of a `shared_arguments` endpoint, which any proc may share."""
     return loads(payload), True
 
@@ -99,8 +101,9 @@ class Dispatcher:
         a `CancelledError` then ends it rather than being the user's code's error."""
         self.handled = 0
         """How many messages this actor has taken from its mailbox (read by `danaus top`)."""
-        self._controls: deque[Control] = deque()
-        """Safe-point work that arrived while an async endpoint was suspended, in order."""
+        self._controls: deque[Control] | None = None
+        """Safe-point work that arrived while an async endpoint was suspended, in order
+        (made for the first: few actors ever have any)."""
         self._controlling: asyncio.Task[None] | None = None
         self._last_context: tuple[int, tuple[str, ...], tuple[int, ...], Context] = (
             -1,
@@ -332,6 +335,8 @@ class Dispatcher:
         if not self.life.takes_messages:
             return
         if self.in_async_call or self._controlling is not None:
+            if self._controls is None:
+                self._controls = deque()
             self._controls.append(item)
             if self._controlling is None:
                 self._controlling = self.instance.loop.create_task(self._run_controls())

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from danaus.core.mesh import ProcMesh
     from danaus.core.transport import World
 
-Construction = tuple[type, tuple[Any, ...], dict[str, Any]]
+Construction = tuple[Any, tuple[Any, ...], dict[str, Any]]
 """An actor's class, and the positional and keyword arguments of its ``__init__``."""
 
 

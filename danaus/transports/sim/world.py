@@ -10,7 +10,6 @@ import os
 import random
 import signal
 import threading
-import weakref
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -36,8 +35,8 @@ from danaus.transports.sim.collector import CollectorTuning
 from danaus.transports.sim.decoded import DecodedOnce
 from danaus.transports.sim.loop import Handle, VirtualTimeLoop
 from danaus.transports.sim.network import LIVE, NetworkModel, SimNetwork
-from danaus.transports.sim.proc_tasks import ProcTasks
 from danaus.transports.sim.schedule import Exploration, owner_of
+from danaus.transports.sim.task_refs import TaskRefs
 from danaus.transports.sim.threads import StoppedThreads
 from danaus.transports.sim.timeline import Timeline
 
@@ -217,8 +216,8 @@ class SimWorld(World):
         self.procs: dict[str, Runtime] = {}
         self._pids: dict[str, int] = {}
         self._pid_procs: dict[int, str] = {}
-        self._tasks: dict[str, ProcTasks] = {}
-        self._cluster_tasks: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+        self._tasks: dict[str, TaskRefs] = {}
+        self._cluster_tasks = TaskRefs()
         self.loop.set_task_factory(self._make_task)
         self._runner = GreenletRunner(self.loop)
         self._decoded = DecodedOnce()
@@ -314,11 +313,11 @@ class SimWorld(World):
             proc = ctx.actor_instance.runtime.proc_id
             tasks = self._tasks.get(proc)
             if tasks is None:
-                tasks = self._tasks[proc] = ProcTasks()
+                tasks = self._tasks[proc] = TaskRefs()
             tasks.add_task(task)
         if ctx is not None or _is_danaus_coroutine(coro):
             asyncio.tasks._unregister_task(task)
-            self._cluster_tasks.add(task)
+            self._cluster_tasks.add_task(task)
         return task
 
     def held_while_blocked(self) -> Callable[[Handle], bool]:
@@ -334,7 +333,7 @@ class SimWorld(World):
         return lambda handle: _steps_task(handle, self._is_controller_task)
 
     def _is_controller_task(self, task: asyncio.Task[Any]) -> bool:
-        return task not in self._cluster_tasks
+        return not self._cluster_tasks.holds(task)
 
     def worker_procs(self, host: str) -> list[str]:
         return sorted(
@@ -387,7 +386,7 @@ class SimWorld(World):
         for proc in list(self.procs):
             self.halt(proc)
         self.loop.time_limit = math.inf
-        for task in self._cluster_tasks:
+        for task in self._cluster_tasks.tasks():
             asyncio.tasks._register_task(task)  # cancelled below, with every other task left
         self.loop.run_until_complete(cancel_leftover_tasks())
 

@@ -1,11 +1,12 @@
-"""The tasks that one simulated proc's code started, so that a crash of the proc ends them all.
+"""Sets of tasks held weakly: those of each simulated proc (a crash of the proc ends them all),
+and those of the whole simulated cluster.
 
 A `weakref.WeakSet` would do, but a world of thousands of procs keeps one per
 proc for its whole run, and each WeakSet is seven objects the garbage collector
 walks (its set of references, another set, a list, its callback, the callback's
-closure); `ProcTasks` is two. It holds the same weak references in a set, added
-and dropped as a WeakSet's are, so a crash cancels the tasks of a proc in the
-order it did with one.
+closure), and adds each task through a call of Python's; `TaskRefs` is two
+objects, and adds in C. It holds the same weak references in a set, added and
+dropped as a WeakSet's are, so its tasks come in the order a WeakSet's did.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import weakref
 from typing import Any
 
 
-class ProcTasks(set["weakref.ref[asyncio.Task[Any]]"]):
-    """Weak references to the live tasks of one proc; a task's reference goes when the task does."""
+class TaskRefs(set["weakref.ref[asyncio.Task[Any]]"]):
+    """Weak references to live tasks; a task's reference goes when the task does."""
 
     __slots__ = ("_drop",)
 
@@ -27,6 +28,9 @@ class ProcTasks(set["weakref.ref[asyncio.Task[Any]]"]):
 
     def add_task(self, task: asyncio.Task[Any]) -> None:
         self.add(weakref.ref(task, self._drop))
+
+    def holds(self, task: asyncio.Task[Any]) -> bool:
+        return weakref.ref(task) in self
 
     def tasks(self) -> list[asyncio.Task[Any]]:
         """The tasks still alive, read from a copy of the set: a collection of garbage while
