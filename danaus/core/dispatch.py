@@ -146,7 +146,9 @@ class Dispatcher:
         try:
             if sites is not None and (delay := sites.delay("spawn")):
                 await asyncio.sleep(delay)
-            cls, args, kwargs = construction(self.runtime.world, blob)
+            # Maybe shared with the mesh's other members (`construction`): ``partial`` copies
+            # ``kwargs``, so no member's ``__init__`` gets the shared dictionary itself.
+            cls, args, kwargs = self.runtime.world.decode_shared(blob, construction)
             obj = cls.__new__(cls)
             self.adopt(obj)
             await self.invoke(partial(cls.__init__, obj, *args, **kwargs), is_async=False)

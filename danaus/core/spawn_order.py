@@ -13,7 +13,6 @@ from danaus.core.shape import Point
 
 if TYPE_CHECKING:
     from danaus.core.mesh import ProcMesh
-    from danaus.core.transport import World
 
 Construction = tuple[Any, tuple[Any, ...], dict[str, Any]]
 """An actor's class, and the positional and keyword arguments of its ``__init__``."""
@@ -41,18 +40,10 @@ class SpawnOrder:
     """How many times the owner has restarted this member (0: the first)."""
 
 
-def construction(world: World, blob: Sequence[Buffer]) -> Construction:
-    """The class and arguments that ``blob`` (a `SpawnOrder`'s) holds, for one member.
-
-    Where procs share one OS process, the members of a mesh share the class
-    and arguments decoded once, when nothing in the arguments can change
-    (`World.decode_shared`); each gets a dictionary of keyword arguments of its own.
-    """
-    cls, args, kwargs = world.decode_shared(blob, _decoded)
-    return cls, args, dict(kwargs)
-
-
-def _decoded(blob: Sequence[Buffer]) -> tuple[Construction, bool]:
+def construction(blob: Sequence[Buffer]) -> tuple[Construction, bool]:
+    """The class and arguments that ``blob`` (a `SpawnOrder`'s) holds, and whether the members
+    of a mesh may share them (nothing in the arguments can change): then, where procs share
+    one OS process, they are decoded once for all (`World.decode_shared`)."""
     cls, args, kwargs = loads(blob)
     fixed = _unchangeable(args) and all(_unchangeable(value) for value in kwargs.values())
     return (cls, args, kwargs), fixed
