@@ -5,7 +5,7 @@ from __future__ import annotations
 import danaus.sim
 from danaus import Actor, endpoint, hosts
 from danaus.core import dispatch, spawn_order
-from danaus.transports.sim.decoded import KEPT, DecodedOnce
+from danaus.transports.sim.decoded import KEPT, LARGEST, DecodedOnce
 
 
 def test_equal_bytes_are_decoded_once_when_the_value_may_be_shared():
@@ -40,6 +40,19 @@ def test_values_that_may_change_and_mutable_frames_are_decoded_every_time():
     frame[:] = b"z"
     assert decoded.decode([frame], shareable) == [b"z"]
     assert first == [b"y"]
+
+
+def test_large_frames_are_decoded_every_time():
+    decoded = DecodedOnce()
+    calls = []
+
+    def shareable(frames):
+        calls.append(len(frames[0]))
+        return len(frames[0]), True
+
+    large = bytes(LARGEST + 1)
+    assert decoded.decode([large], shareable) == decoded.decode([large], shareable) == LARGEST + 1
+    assert calls == [LARGEST + 1] * 2
 
 
 def test_only_the_latest_values_are_kept():

@@ -24,6 +24,10 @@ KEPT = 64
 """How many decoded values are kept: a mesh's members receive theirs one after the other, so a
 few suffice, and a program that spawns many meshes does not grow the memory without bound."""
 
+LARGEST = 256 * 1024
+"""Frames of more bytes than this are decoded by every proc, as on a real transport: kept, they
+would hold their memory (and their value's) after every member has its own."""
+
 
 class DecodedOnce:
     """The shareable values decoded from the most recent frames (bytes only), oldest first."""
@@ -36,8 +40,9 @@ class DecodedOnce:
     ) -> T:
         """The value ``decode(frames)`` gives, or the one it gave earlier for frames of equal
         bytes if that one may be shared."""
-        if not all(type(frame) is bytes for frame in frames):
-            return decode(frames)[0]  # a mutable buffer may change after it is decoded
+        # A mutable buffer may change after it is decoded.
+        if not all(type(frame) is bytes for frame in frames) or sum(map(len, frames)) > LARGEST:
+            return decode(frames)[0]
         key = (decode, *frames)
         values = self._values
         if key in values:
