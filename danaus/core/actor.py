@@ -49,7 +49,9 @@ class _Marker(Protocol):
     @overload
     def __call__(self, method: Callable[Concatenate[Any, P], R]) -> EndpointMethod[P, R]: ...
 
+
 _ENDPOINT_ATTR = "__danaus_endpoint__"
+_SHARED_ARGUMENTS_ATTR = "__danaus_shared_arguments__"
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,9 @@ class EndpointSpec:
     """The body runs as a task of its own (`concurrent_endpoint`)."""
     plain: bool = False
     """A method without `endpoint`: callable only through `as_endpoint`."""
+    shared_arguments: bool = field(default=False, compare=False, repr=False)
+    """Its arguments are values that nothing changes (`shared_arguments`); known only where
+    the actor's class is: it does not travel."""
     _signature: inspect.Signature | None = field(default=None, compare=False, repr=False)
     _binder: Callable[..., None] | None = field(default=None, compare=False, repr=False)
 
@@ -107,6 +112,7 @@ class EndpointSpec:
             explicit_response_port=options.explicit_response_port,
             concurrent=options.concurrent,
             plain=options.plain,
+            shared_arguments=getattr(fn, _SHARED_ARGUMENTS_ATTR, False),
         )
 
     def signature(self) -> inspect.Signature:
@@ -228,6 +234,14 @@ def endpoint(
         return fn
 
     return mark(method) if method is not None else mark
+
+
+def shared_arguments(fn: F) -> F:
+    """Mark an endpoint of Danaus's own agents whose arguments are values that nothing changes
+    (a spawn order): the procs of one OS process may share them, decoded once
+    (`World.decode_shared`), as every member of a mesh is sent the same."""
+    setattr(fn, _SHARED_ARGUMENTS_ATTR, True)
+    return fn
 
 
 @overload

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from danaus.core.actor import Actor, endpoint
+from danaus.core.actor import Actor, endpoint, shared_arguments
 from danaus.core.bootstrap import BootstrapCommand
 from danaus.core.context import current_rank
 from danaus.core.logs import LoggingOptions
@@ -65,6 +65,7 @@ class ProcAgent(_Agent):
         self._runtime = runtime
 
     @endpoint
+    @shared_arguments
     async def spawn(self, order: SpawnOrder) -> None:
         """Host a member of an actor mesh (at this agent's position in the cast, by default)."""
         rank = order.rank if order.rank is not None else current_rank()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -24,6 +24,7 @@ from danaus.core.ports import Port
 from danaus.core.remote_errors import actor_error_payload, describe
 from danaus.core.serialize import Buffer, dumps, loads
 from danaus.core.shape import Extent, Point
+from danaus.core.spawn_order import construction
 from danaus.core.supervision import MeshFailure
 from danaus.core.undeliverable import UndeliverableMessageEnvelope, undelivered
 from danaus.core.wire import PLAIN_PORT, Call
@@ -52,6 +53,13 @@ class Returned:
 
 Control = Supervise | Returned
 """What runs at an actor's next safe point, ahead of its queued messages."""
+
+
+def _unchanging(
+    payload: Sequence[Buffer],
+) -> tuple[tuple[tuple[Any, ...], dict[str, Any]], bool]:
+    """The arguments of a `shared_arguments` endpoint, which any proc may share."""
+    return loads(payload), True
 
 
 class Dispatcher:
@@ -93,8 +101,9 @@ class Dispatcher:
         a `CancelledError` then ends it rather than being the user's code's error."""
         self.handled = 0
         """How many messages this actor has taken from its mailbox (read by `danaus top`)."""
-        self._controls: deque[Control] = deque()
-        """Safe-point work that arrived while an async endpoint was suspended, in order."""
+        self._controls: deque[Control] | None = None
+        """Safe-point work that arrived while an async endpoint was suspended, in order
+        (made for the first: few actors ever have any)."""
         self._controlling: asyncio.Task[None] | None = None
         self._last_context: tuple[int, tuple[str, ...], tuple[int, ...], Context] = (
             -1,
@@ -137,7 +146,9 @@ class Dispatcher:
         try:
             if sites is not None and (delay := sites.delay("spawn")):
                 await asyncio.sleep(delay)
-            cls, args, kwargs = loads(blob)
+            # Maybe shared with the mesh's other members (`construction`): ``partial`` copies
+            # ``kwargs``, so no member's ``__init__`` gets the shared dictionary itself.
+            cls, args, kwargs = self.runtime.world.decode_shared(blob, construction)
             obj = cls.__new__(cls)
             self.adopt(obj)
             await self.invoke(partial(cls.__init__, obj, *args, **kwargs), is_async=False)
@@ -169,7 +180,11 @@ class Dispatcher:
                 raise AttributeError(f"{self.instance.class_name} has no endpoint {call.method!r}")
             if sites is not None:
                 sites.check_call(self.instance.name, call.method)
-            args, kwargs = loads(payload)
+            args, kwargs = (
+                runtime.world.decode_shared(payload, _unchanging)
+                if spec.shared_arguments
+                else loads(payload)
+            )
             if explicit:
                 # An answer to a caller that is gone is dropped, as the runtime's own are.
                 args = (Port(call.reply, call.point, return_undeliverable=False), *args)
@@ -322,6 +337,8 @@ class Dispatcher:
         if not self.life.takes_messages:
             return
         if self.in_async_call or self._controlling is not None:
+            if self._controls is None:
+                self._controls = deque()
             self._controls.append(item)
             if self._controlling is None:
                 self._controlling = self.instance.loop.create_task(self._run_controls())

@@ -74,6 +74,7 @@ class Runtime:
     __slots__ = (
         "__weakref__",
         "_actors",
+        "_client",
         "_gone",
         "_held",
         "_ids",
@@ -83,7 +84,6 @@ class Runtime:
         "_outbound",
         "_ports",
         "_watched",
-        "client",
         "host",
         "host_agent",
         "loop",
@@ -133,9 +133,21 @@ class Runtime:
         self.observer: Observer | None = None
         """Instrumentation told of calls and failures (`danaus.core.observer`); None: off."""
         self.observe(from_settings())
-        self.client = Instance.client(self)
+        self._client: Instance | None = None
         self.supervisor = Supervisor(self)
         actor_logs.install()
+
+    @property
+    def client(self) -> Instance:
+        """The instance standing for code outside any actor here (the controller's main code).
+
+        Made when first needed: of a world's procs, most run only actors and agents,
+        and a simulated world of thousands keeps every object it makes for each.
+        """
+        client = self._client
+        if client is None:
+            client = self._client = Instance.client(self)
+        return client
 
     def start(self, host_agent: bool = False) -> None:
         """Host the proc's agent (and, on the proc of a host's agent, that agent) and begin
@@ -429,8 +441,10 @@ class Runtime:
         return [a for a in self._actors.values() if a.kind is InstanceKind.USER]
 
     def instances(self) -> list[Instance]:
-        """Every instance here: the client, the agents and the user actors."""
-        return [self.client, *self._actors.values()]
+        """Every instance here: the client (once code outside any actor ran here), the agents
+        and the user actors."""
+        actors = list(self._actors.values())
+        return actors if self._client is None else [self._client, *actors]
 
     def _on_frames(self, src: str, frames: list[Buffer]) -> None:
         try:

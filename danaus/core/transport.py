@@ -26,7 +26,7 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from danaus.core.errors import SupervisionError
 from danaus.core.serialize import Buffer
@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from danaus.core.sites import Sites
     from danaus.core.supervision import MeshFailure
     from danaus.core.trace import Trace
+
+T = TypeVar("T")
 
 ROOT = "root"
 """The proc id of the controller's own proc, in every world."""
@@ -296,6 +298,20 @@ class World(ABC):
     @abstractmethod
     def root(self) -> Runtime:
         """The runtime of the proc this OS process's main code belongs to."""
+
+    def decode_shared(
+        self, frames: Sequence[Buffer], decode: Callable[[Sequence[Buffer]], tuple[T, bool]]
+    ) -> T:
+        """The value that ``decode(frames)`` gives, with whether every proc of this OS process
+        may share it as it is (nothing in it can change).
+
+        Here every call decodes its own frames: a proc of a real transport decodes
+        the bytes it received itself. A world whose procs share one OS process (the
+        simulator's) may give back a value that may be shared, decoded from equal
+        frames before, so that an order sent to every member of a mesh is not
+        decoded once per member.
+        """
+        return decode(frames)[0]
 
     def live_workers(self) -> list[str]:
         """The live worker procs of every host (as ``faults.workers`` reports them)."""

@@ -10,11 +10,10 @@ import os
 import random
 import signal
 import threading
-import weakref
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import msgspec
 
@@ -26,20 +25,24 @@ from danaus.core.faults import Faults, Heal, healing_all
 from danaus.core.names import NumberedNames
 from danaus.core.owned import STOP_TIMEOUT
 from danaus.core.runtime import Runtime
-from danaus.core.serialize import loads
+from danaus.core.serialize import Buffer, loads
 from danaus.core.settings import Settings
 from danaus.core.trace import Trace
 from danaus.core.transport import ROOT, ActorRunner, Launcher, ProcSpec, World
 from danaus.core.waits import describe_waits
 from danaus.transports.sim import clocks, outside_waits, process_end
 from danaus.transports.sim.collector import CollectorTuning
+from danaus.transports.sim.decoded import DecodedOnce
 from danaus.transports.sim.loop import Handle, VirtualTimeLoop
 from danaus.transports.sim.network import LIVE, NetworkModel, SimNetwork
 from danaus.transports.sim.schedule import Exploration, owner_of
+from danaus.transports.sim.task_refs import TaskRefs
 from danaus.transports.sim.threads import StoppedThreads
 from danaus.transports.sim.timeline import Timeline
 
 log = logging.getLogger("danaus.sim")
+
+T = TypeVar("T")
 
 PROCS_PER_HOST = 1_000_000
 """The procs a simulated host runs at most: as many as it is asked to, in practice."""
@@ -213,10 +216,11 @@ class SimWorld(World):
         self.procs: dict[str, Runtime] = {}
         self._pids: dict[str, int] = {}
         self._pid_procs: dict[int, str] = {}
-        self._tasks: dict[str, weakref.WeakSet[asyncio.Task[Any]]] = {}
-        self._cluster_tasks: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+        self._tasks: dict[str, TaskRefs] = {}
+        self._cluster_tasks = TaskRefs()
         self.loop.set_task_factory(self._make_task)
         self._runner = GreenletRunner(self.loop)
+        self._decoded = DecodedOnce()
         self._hosts = NumberedNames("h", settings.hosts)
         self._hosts_set = frozenset(self._hosts)
         self._closed = False
@@ -244,6 +248,11 @@ class SimWorld(World):
 
     def actor_runner(self, name: str) -> ActorRunner:
         return self._runner
+
+    def decode_shared(
+        self, frames: Sequence[Buffer], decode: Callable[[Sequence[Buffer]], tuple[T, bool]]
+    ) -> T:
+        return self._decoded.decode(frames, decode)
 
     def boot(self, proc: str, host: str, host_agent: bool = False) -> Runtime:
         """Start proc ``proc`` on ``host`` now (``host_agent``: it is the host's agent)."""
@@ -283,7 +292,8 @@ class SimWorld(World):
             raise RuntimeError("the simulated controller cannot crash; end the program instead")
         self.network.down(proc, reason, **details)
         self.halt(proc)
-        for task in list(self._tasks.pop(proc, ())):
+        tasks = self._tasks.pop(proc, None)
+        for task in tasks.tasks() if tasks is not None else ():
             task.cancel()
 
     def _make_task(self, loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> Any:
@@ -303,11 +313,11 @@ class SimWorld(World):
             proc = ctx.actor_instance.runtime.proc_id
             tasks = self._tasks.get(proc)
             if tasks is None:
-                tasks = self._tasks[proc] = weakref.WeakSet()
-            tasks.add(task)
+                tasks = self._tasks[proc] = TaskRefs()
+            tasks.add_task(task)
         if ctx is not None or _is_danaus_coroutine(coro):
             asyncio.tasks._unregister_task(task)
-            self._cluster_tasks.add(task)
+            self._cluster_tasks.add_task(task)
         return task
 
     def held_while_blocked(self) -> Callable[[Handle], bool]:
@@ -323,7 +333,7 @@ class SimWorld(World):
         return lambda handle: _steps_task(handle, self._is_controller_task)
 
     def _is_controller_task(self, task: asyncio.Task[Any]) -> bool:
-        return task not in self._cluster_tasks
+        return not self._cluster_tasks.holds(task)
 
     def worker_procs(self, host: str) -> list[str]:
         return sorted(
@@ -376,7 +386,7 @@ class SimWorld(World):
         for proc in list(self.procs):
             self.halt(proc)
         self.loop.time_limit = math.inf
-        for task in self._cluster_tasks:
+        for task in self._cluster_tasks.tasks():
             asyncio.tasks._register_task(task)  # cancelled below, with every other task left
         self.loop.run_until_complete(cancel_leftover_tasks())
 
