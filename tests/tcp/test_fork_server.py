@@ -222,31 +222,64 @@ def test_worlds_made_one_after_another_fork_from_one_server_which_ends_with_the_
 
 AHEAD = """
 import os
+import sys
+
 import psutil
-from danaus import Actor, endpoint, this_host
-from danaus.transports.tcp.forkserver import SERVER_MODULE
+
+import danaus
+from danaus import Actor, endpoint
+
+SERVER_MODULE = "danaus.transports.tcp.forker"
+started_after_world = []
+
+
+def audit(event, args):
+    if event == "subprocess.Popen" and SERVER_MODULE in map(str, args[1] or ()):
+        started_after_world.append("danaus.transports.tcp.world" in sys.modules)
+
+
+sys.addaudithook(audit)
+
 
 class Parent(Actor):
     @endpoint
     def parent(self) -> int:
         return os.getppid()
 
-host = this_host()
-ahead = [child.pid for child in psutil.Process().children() if SERVER_MODULE in child.cmdline()]
-print("ahead", *ahead, flush=True)
-print("forked by", host.spawn_procs().spawn("p", Parent).parent.call_one().get(timeout=30))
+
+def servers():
+    return [child.pid for child in psutil.Process().children() if SERVER_MODULE in child.cmdline()]
+
+
+if {configure}:
+    danaus.configure(transport="tcp")
+    print("configured", *servers(), flush=True)
+host = danaus.this_host()
+print("ahead", *servers(), flush=True)
+print("started-after-world", *started_after_world, flush=True)
+print("forked-by", host.spawn_procs().spawn("p", Parent).parent.call_one().get(timeout=30))
 """
 
 
-def test_the_controller_starts_its_fork_server_with_its_world_and_forks_its_first_procs_there(
-    tmp_path,
+@pytest.mark.parametrize("configure", [True, False], ids=["configure", "this_host"])
+def test_the_controller_starts_its_fork_server_before_its_transport_and_forks_its_first_procs_there(
+    tmp_path, configure
 ):
-    """The server's imports run while the program goes on, not after its first ``spawn_procs``."""
-    result = run_script(AHEAD, tmp_path)
+    """The server's imports run while the program goes on (importing the transport's code, the
+    rest of the program), not after its first ``spawn_procs``: ``configure`` starts it, else
+    the making of the world, before the world's code is imported."""
+    result = run_script(AHEAD.format(configure=configure), tmp_path)
     assert result.returncode == 0, result.stderr
-    ahead = result.stdout.split("ahead", 1)[1].split("forked by")[0].split()
+    lines = {
+        label: rest.split()
+        for label, _, rest in (line.partition(" ") for line in result.stdout.splitlines())
+    }
+    ahead = lines["ahead"]
     assert len(ahead) == 1, "no fork server was started with the world"
-    assert int(result.stdout.split("forked by", 1)[1]) == int(ahead[0])
+    if configure:
+        assert lines["configured"] == ahead, "configure() started no fork server"
+    assert lines["started-after-world"] == ["False"], "the server waited for the world's code"
+    assert lines["forked-by"] == ahead
 
 
 def test_procs_set_up_their_allocator_unless_their_environment_says_otherwise(tcp, monkeypatch):
