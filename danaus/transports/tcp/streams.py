@@ -36,6 +36,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+
+# socket.getaddrinfo imports the idna codec at its first call with a host name (about 1 ms
+# of CPU), which every proc makes: imported here, a fork server imports it once for all.
+import encodings.idna  # noqa: F401
 import logging
 import mmap
 import os
