@@ -38,6 +38,10 @@ class Process(Actor):
         return None if found is None else found.IMPORTED_BY
 
     @endpoint
+    def imported(self, module: str) -> bool:
+        return module in sys.modules
+
+    @endpoint
     def mark_at_exit(self, path: str) -> None:
         atexit.register(_write, f"{path}.atexit")
         self.mark = f"{path}.del"
@@ -117,6 +121,15 @@ def test_without_preload_a_worker_imports_only_what_its_code_needs(tcp):
     tcp()
     proc = this_host().spawn_procs({"w": 1}).spawn("p", Process)
     assert proc.importer.call_one("tests.tcp.preloaded").get(timeout=30) is None
+
+
+def test_a_worker_starts_without_psutil_which_only_rare_questions_need(tcp):
+    """psutil tells whether a silent process still runs, and whether a launcher's host has
+    memory for more procs: a proc asks neither to serve its actors, and its fork server, on the
+    way of a program's first procs, does not import it for every worker."""
+    tcp()
+    proc = this_host().spawn_procs({"w": 1}).spawn("p", Process)
+    assert proc.imported.call_one("psutil").get(timeout=30) is False
 
 
 def test_a_module_that_cannot_be_preloaded_is_reported_and_procs_still_start(tmp_path):
