@@ -123,13 +123,15 @@ def test_without_preload_a_worker_imports_only_what_its_code_needs(tcp):
     assert proc.importer.call_one("tests.tcp.preloaded").get(timeout=30) is None
 
 
-def test_a_worker_starts_without_psutil_which_only_rare_questions_need(tcp):
+@pytest.mark.parametrize("module", ["psutil", "tempfile"])
+def test_a_worker_starts_without_modules_that_only_rare_questions_need(tcp, module):
     """psutil tells whether a silent process still runs, and whether a launcher's host has
-    memory for more procs: a proc asks neither to serve its actors, and its fork server, on the
-    way of a program's first procs, does not import it for every worker."""
+    memory for more procs; tempfile writes a new job key. A proc needs none of them to serve
+    its actors, and its fork server, on the way of a program's first procs, does not import
+    them for every worker."""
     tcp()
     proc = this_host().spawn_procs({"w": 1}).spawn("p", Process)
-    assert proc.imported.call_one("psutil").get(timeout=30) is False
+    assert proc.imported.call_one(module).get(timeout=30) is False
 
 
 def test_a_module_that_cannot_be_preloaded_is_reported_and_procs_still_start(tmp_path):
