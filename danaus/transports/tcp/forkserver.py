@@ -29,10 +29,13 @@ A launcher that closes with every child it forked reported gone gives its
 server back to `POOL`, and the next launcher of the process for the same
 transport, environment and preloads takes it instead of starting one: a program
 (a test suite) that makes one world after another pays the server's imports
-once. A controller starts its server as it makes its world (`ForkServerPool.ahead`),
-not at its first launch: the server's imports (about 0.2 s of CPU for tcp) then
-run beside the controller's own setting up and its program, not between its
-first ``spawn_procs`` and its procs.
+once. A controller starts its server ahead (`ForkServerPool.ahead`), not at its
+first launch: on tcp as soon as the transport is chosen (`danaus.transports.tcp.prepare`,
+from ``configure()`` or the making of the world), before the controller imports the
+transport's own code; on the transports built on tcp's world, as it makes its world.
+The server's imports (about 0.15 s of CPU for tcp) then run beside the controller's own
+imports, its setting up and its program, not between its first ``spawn_procs`` and
+its procs.
 
 Environments are compared without the `VOLATILE` variables, which a test
 runner changes for every test; a child is given the launcher's values of those.
