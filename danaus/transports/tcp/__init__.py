@@ -81,4 +81,6 @@ def prepare(settings: Settings) -> None:
 
 def create_world(settings: Settings) -> TcpWorld:
     """The controller's world (``configured`` has checked the settings)."""
-    return importlib.import_module(WORLD_MODULE).TcpWorld.controller(settings)
+    from danaus.transports.tcp.world import TcpWorld
+
+    return TcpWorld.controller(settings)
