@@ -177,6 +177,21 @@ danaus.shutdown()
 """
 
 
+def test_a_preloaded_module_that_configures_danaus_starts_no_server_of_its_own(tmp_path):
+    """``configure(transport="tcp")`` starts a fork server ahead; in a fork server, whose
+    preloads may call it, it must not, or each server would start the next."""
+    marks = tmp_path / "marks"
+    result = run_script(
+        PRELOAD_FAILS,
+        tmp_path,
+        DANAUS_PRELOAD="tests.tcp.configures",
+        DANAUS_TEST_MARKS=str(marks),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "answered 1" in result.stdout
+    assert len(marks.read_text().split()) == 1, "the preload was imported by a second server"
+
+
 def test_a_forked_proc_finalizes_its_interpreter_when_stopped(tcp, tmp_path):
     tcp()
     procs = this_host().spawn_procs({"w": 1})

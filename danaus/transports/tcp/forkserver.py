@@ -231,6 +231,8 @@ class ForkServerPool:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._idle: list[ForkServer] = []
+        self._ahead = True
+        """Whether `ahead` starts servers: not in a fork server, nor in the procs it forks."""
 
     def take(self, transport: str, preload: Sequence[str] = ()) -> ForkServer:
         """An idle server for ``transport``, ``preload`` and this environment, else a new one.
@@ -252,12 +254,19 @@ class ForkServerPool:
         idle one serves them: the next launcher takes it with its imports done or under way.
         """
         with self._lock:
-            if any(server.serves(transport, preload) for server in self._idle):
+            if not self._ahead or any(server.serves(transport, preload) for server in self._idle):
                 return
         try:
             self.give_back(ForkServer(transport, preload))
         except OSError:
             return  # the first launch tries again, and says why it cannot
+
+    def no_servers_ahead(self) -> None:
+        """Start no server ahead from now on: this process is a fork server. A module it
+        preloads may call ``configure()``, which would otherwise start a server of its own,
+        which would preload the module again, and so on."""
+        with self._lock:
+            self._ahead = False
 
     def give_back(self, server: ForkServer) -> None:
         """Keep ``server`` for a later launcher (its last one has no child of it left)."""
