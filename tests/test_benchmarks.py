@@ -57,6 +57,16 @@ def test_messaging_quick(transport: str) -> None:
                 assert isinstance(row[key], (int, float)) and row[key] > 0, (key, row)
 
 
+def test_first_mesh_one_run() -> None:
+    """One program's first mesh of 2 procs: its CPU times, and how far ahead its fork server
+    started (before ``this_host()``, since ``configure`` starts it)."""
+    (row,) = run_benchmark("first_mesh.py", "--procs", "2", "--runs", "1")
+    assert row["benchmark"] == "first_mesh" and row["procs"] == 2 and row["runs"] == 1
+    assert row["server_lead_cpu_s"] > 0, row
+    for key in ("server_lead_s", "proc_cpu_ms", "controller_cpu_ms", "first_mesh_s"):
+        assert row[key] > 0 and row[f"{key}_range"] == [row[key], row[key]], (key, row)
+
+
 def test_rdma_quick() -> None:
     """sim, then tcp encrypted and in clear, each reading and writing 1 and 16 MiB."""
     rows = run_benchmark("rdma.py", "--quick", "--transport", "sim,tcp")

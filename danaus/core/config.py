@@ -90,6 +90,7 @@ def configure(**fields: Any) -> None:
         )
     chosen = checked(fields)
     _given = {name: getattr(chosen, name) for name in fields}
+    prepared(chosen)
 
 
 def checked(fields: dict[str, Any]) -> Settings:
@@ -114,10 +115,20 @@ def transport_module(name: str) -> Any:
     return importlib.import_module(f"danaus.transports.{name}")
 
 
+def prepared(chosen: Settings) -> Any:
+    """The package of ``chosen``'s transport, ready to make a world from them: what its
+    ``prepare`` starts ahead (if it has one) runs while the caller goes on."""
+    module = transport_module(chosen.transport)
+    prepare = getattr(module, "prepare", None)
+    if prepare is not None:
+        prepare(chosen)
+    return module
+
+
 def create_world(**fields: Any) -> World:
     """A new world made from the environment's settings with ``fields``; not made current."""
     chosen = checked(fields)
-    return transport_module(chosen.transport).create_world(chosen)
+    return prepared(chosen).create_world(chosen)
 
 
 def current_world() -> World:

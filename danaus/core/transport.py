@@ -15,7 +15,11 @@ A transport package ``danaus.transports.<name>`` exposes ``OPTIONS``, the
 fields of `danaus.core.settings.Settings` it takes beyond those every transport
 takes; ``configured(settings)``, which checks them (called by ``configure()``
 and again just before the world is made); ``create_world(settings) -> World``;
-and its ``World`` class. A world holds its job's `JobOptions` from the start
+and its ``World`` class. It may expose ``prepare(settings)``, called after each
+``configured`` succeeds: it starts or imports what a world made from those
+settings will need (tcp starts its fork server there, before it imports its
+world's code), so that their cost overlaps the program's own instead of
+following it. A world holds its job's `JobOptions` from the start
 (`World.options`), and hands them to the worlds of the procs it starts.
 """
 

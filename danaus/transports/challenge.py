@@ -24,6 +24,11 @@ import hmac
 import os
 from dataclasses import dataclass
 
+# The first X25519PrivateKey.generate() of a process imports OpenSSL's backend and sets it
+# up (about 4 ms of CPU). Imported with this module instead, that is done once in a fork
+# server for every worker it forks, and in a controller while its procs start, not on the
+# way of each process's first connection.
+import cryptography.hazmat.backends.openssl.backend  # noqa: F401
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF

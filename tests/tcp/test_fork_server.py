@@ -119,6 +119,33 @@ def test_without_preload_a_worker_imports_only_what_its_code_needs(tcp):
     assert proc.importer.call_one("tests.tcp.preloaded").get(timeout=30) is None
 
 
+RARELY_NEEDED = """
+import sys
+
+from danaus import Actor, endpoint, this_host
+
+
+class Imports(Actor):
+    @endpoint
+    def which(self, names: list[str]) -> list[str]:
+        return [name for name in names if name in sys.modules]
+
+
+found = this_host().spawn_procs().spawn("i", Imports).which.call_one(["psutil", "tempfile"])
+print("imported", *found.get(timeout=30), flush=True)
+"""
+
+
+def test_a_worker_starts_without_modules_that_only_rare_questions_need(tmp_path):
+    """psutil tells whether a silent process still runs, and whether a launcher's host has
+    memory for more procs; tempfile writes a new job key. A proc needs none of them to serve
+    its actors (whose code here imports nothing), and its fork server, on the way of a
+    program's first procs, does not import them for every worker."""
+    result = run_script(RARELY_NEEDED, tmp_path, DANAUS_PRELOAD="")  # the suite preloads pytest
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("imported", 1)[1].split() == []
+
+
 def test_a_module_that_cannot_be_preloaded_is_reported_and_procs_still_start(tmp_path):
     result = run_script(PRELOAD_FAILS, tmp_path, DANAUS_PRELOAD="tests.tcp.no_such_module, json")
     assert result.returncode == 0, result.stderr
@@ -148,6 +175,21 @@ danaus.configure(transport="tcp")
 print("answered", this_host().spawn_procs().spawn("o", One).one.call_one().get(timeout=30))
 danaus.shutdown()
 """
+
+
+def test_a_preloaded_module_that_configures_danaus_starts_no_server_of_its_own(tmp_path):
+    """``configure(transport="tcp")`` starts a fork server ahead; in a fork server, whose
+    preloads may call it, it must not, or each server would start the next."""
+    marks = tmp_path / "marks"
+    result = run_script(
+        PRELOAD_FAILS,
+        tmp_path,
+        DANAUS_PRELOAD="tests.tcp.configures",
+        DANAUS_TEST_MARKS=str(marks),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "answered 1" in result.stdout
+    assert len(marks.read_text().split()) == 1, "the preload was imported by a second server"
 
 
 def test_a_forked_proc_finalizes_its_interpreter_when_stopped(tcp, tmp_path):
@@ -222,31 +264,64 @@ def test_worlds_made_one_after_another_fork_from_one_server_which_ends_with_the_
 
 AHEAD = """
 import os
+import sys
+
 import psutil
-from danaus import Actor, endpoint, this_host
-from danaus.transports.tcp.forkserver import SERVER_MODULE
+
+import danaus
+from danaus import Actor, endpoint
+
+SERVER_MODULE = "danaus.transports.tcp.forker"
+started_after_world = []
+
+
+def audit(event, args):
+    if event == "subprocess.Popen" and SERVER_MODULE in map(str, args[1] or ()):
+        started_after_world.append("danaus.transports.tcp.world" in sys.modules)
+
+
+sys.addaudithook(audit)
+
 
 class Parent(Actor):
     @endpoint
     def parent(self) -> int:
         return os.getppid()
 
-host = this_host()
-ahead = [child.pid for child in psutil.Process().children() if SERVER_MODULE in child.cmdline()]
-print("ahead", *ahead, flush=True)
-print("forked by", host.spawn_procs().spawn("p", Parent).parent.call_one().get(timeout=30))
+
+def servers():
+    return [child.pid for child in psutil.Process().children() if SERVER_MODULE in child.cmdline()]
+
+
+if {configure}:
+    danaus.configure(transport="tcp")
+    print("configured", *servers(), flush=True)
+host = danaus.this_host()
+print("ahead", *servers(), flush=True)
+print("started-after-world", *started_after_world, flush=True)
+print("forked-by", host.spawn_procs().spawn("p", Parent).parent.call_one().get(timeout=30))
 """
 
 
-def test_the_controller_starts_its_fork_server_with_its_world_and_forks_its_first_procs_there(
-    tmp_path,
+@pytest.mark.parametrize("configure", [True, False], ids=["configure", "this_host"])
+def test_the_controller_starts_its_fork_server_before_its_transport_and_forks_its_first_procs_there(
+    tmp_path, configure
 ):
-    """The server's imports run while the program goes on, not after its first ``spawn_procs``."""
-    result = run_script(AHEAD, tmp_path)
+    """The server's imports run while the program goes on (importing the transport's code, the
+    rest of the program), not after its first ``spawn_procs``: ``configure`` starts it, else
+    the making of the world, before the world's code is imported."""
+    result = run_script(AHEAD.format(configure=configure), tmp_path)
     assert result.returncode == 0, result.stderr
-    ahead = result.stdout.split("ahead", 1)[1].split("forked by")[0].split()
+    lines = {
+        label: rest.split()
+        for label, _, rest in (line.partition(" ") for line in result.stdout.splitlines())
+    }
+    ahead = lines["ahead"]
     assert len(ahead) == 1, "no fork server was started with the world"
-    assert int(result.stdout.split("forked by", 1)[1]) == int(ahead[0])
+    if configure:
+        assert lines["configured"] == ahead, "configure() started no fork server"
+    assert lines["started-after-world"] == ["False"], "the server waited for the world's code"
+    assert lines["forked-by"] == ahead
 
 
 def test_procs_set_up_their_allocator_unless_their_environment_says_otherwise(tcp, monkeypatch):

@@ -159,6 +159,8 @@ def test_a_spawn_beyond_the_host_s_budget_is_refused_and_its_procs_reported(monk
     with too little memory, even one proc is refused. Calls to refused procs fail at once."""
     from types import SimpleNamespace
 
+    import psutil
+
     from danaus import Actor, SupervisionError, endpoint, this_host
     from danaus.transports.tcp import budget
 
@@ -179,9 +181,7 @@ def test_a_spawn_beyond_the_host_s_budget_is_refused_and_its_procs_reported(monk
         second.stop().get(timeout=30)
         fourth = this_host().spawn_procs(per_host={"w": 2})
         fourth.initialized.get(timeout=60)
-        monkeypatch.setattr(
-            budget.psutil, "virtual_memory", lambda: SimpleNamespace(available=8 * MiB)
-        )
+        monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(available=8 * MiB))
         starved = this_host().spawn_procs(per_host={"w": 1})
         with pytest.raises(budget.ProcBudgetError, match="holds 0 more idle procs"):
             starved.initialized.get(timeout=60)

@@ -574,6 +574,21 @@ def test_received_bytes_are_filled_again_only_once_nothing_refers_to_them():
     assert hash(third) == hash(b"c" * (4 * MiB)), "the old value's hash was kept"
 
 
+def test_a_connection_that_sends_small_messages_sets_no_chunk_sized_memory_aside(loop):
+    """The buffer where an encrypted connection seals the chunks of large messages (of
+    ``chunk_bytes``, 4 MiB by default) is filled only when one is sent: a new mesh's first
+    small messages do not zero 4 MiB for each of its connections."""
+    tracemalloc.start()
+    try:
+        sender, _, inbox = connected(loop, JobKeys.generate(encrypt=True))
+        loop.run(sender.send, "b", [b"small" * 100])
+        inbox.wait_for(2)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < MiB
+
+
 def test_other_threads_run_while_a_large_buffer_is_mapped():
     """Populating 1 GiB takes the kernel a good part of a second: never with the GIL held."""
     stamps: list[float] = []

@@ -13,14 +13,8 @@ from __future__ import annotations
 import time
 from typing import Literal
 
-import psutil
-
 IDLE_WINDOW = 1.0
 """Seconds without a tick of CPU time after which a process that answers nothing is wedged."""
-_HALTED = frozenset(
-    {psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP, psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD}
-)
-"""Process states in which a process does not run (paused, or ended and not yet reaped)."""
 
 
 class ProcessActivity:
@@ -39,6 +33,17 @@ class ProcessActivity:
         The kernel counts CPU time in ticks of 10 ms, so a process is taken to
         use none only once it has gained no tick for `IDLE_WINDOW` seconds.
         """
+        # Imported at the first question, which most processes never ask: imported with this
+        # module, psutil took about 5 ms of CPU of every worker's (and fork server's) start.
+        import psutil
+
+        # Process states in which a process does not run (paused, or ended and not yet reaped).
+        halted = (
+            psutil.STATUS_STOPPED,
+            psutil.STATUS_TRACING_STOP,
+            psutil.STATUS_ZOMBIE,
+            psutil.STATUS_DEAD,
+        )
         try:
             process = psutil.Process(self.pid)
             with process.oneshot():
@@ -46,7 +51,7 @@ class ProcessActivity:
                 times = process.cpu_times()
         except psutil.Error:
             return "halted"
-        if status in _HALTED:
+        if status in halted:
             return "halted"
         used = times.user + times.system
         now = time.monotonic()

@@ -23,8 +23,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 
-import psutil
-
 MiB = 1024 * 1024
 IDLE_PROC_BYTES = 18 * MiB
 """The memory an idle proc takes (PSS, measured: see the module's docstring)."""
@@ -36,6 +34,10 @@ class ProcBudgetError(RuntimeError):
 
 def available_memory() -> int:
     """Bytes of memory the host can give new processes without swapping."""
+    # Imported at a launcher's first request, which most procs never make: imported with the
+    # module, psutil took about 5 ms of CPU of every worker's (and fork server's) start.
+    import psutil
+
     return int(psutil.virtual_memory().available)
 
 

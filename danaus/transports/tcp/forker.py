@@ -22,6 +22,7 @@ from danaus.transports.tcp.forkserver import (
     FORK,
     MAX_REQUEST,
     PID_MESSAGE,
+    POOL,
     PRELOAD,
     STARTED,
     VOLATILE,
@@ -105,6 +106,7 @@ def _preload(names: list[str], path: list[str]) -> None:
 def main() -> None:
     requests, exits = (socket.socket(fileno=int(fd)) for fd in sys.argv[1:3])
     transport = sys.argv[3]
+    POOL.no_servers_ahead()
     for name in (*PRELOAD, f"danaus.transports.{transport}"):
         importlib.import_module(name)
     imports = json.loads(sys.argv[4])

@@ -29,10 +29,13 @@ A launcher that closes with every child it forked reported gone gives its
 server back to `POOL`, and the next launcher of the process for the same
 transport, environment and preloads takes it instead of starting one: a program
 (a test suite) that makes one world after another pays the server's imports
-once. A controller starts its server as it makes its world (`ForkServerPool.ahead`),
-not at its first launch: the server's imports (about 0.2 s of CPU for tcp) then
-run beside the controller's own setting up and its program, not between its
-first ``spawn_procs`` and its procs.
+once. A controller starts its server ahead (`ForkServerPool.ahead`), not at its
+first launch: on tcp as soon as the transport is chosen (`danaus.transports.tcp.prepare`,
+from ``configure()`` or the making of the world), before the controller imports the
+transport's own code; on the transports built on tcp's world, as it makes its world.
+The server's imports (about 0.15 s of CPU for tcp) then run beside the controller's own
+imports, its setting up and its program, not between its first ``spawn_procs`` and
+its procs.
 
 Environments are compared without the `VOLATILE` variables, which a test
 runner changes for every test; a child is given the launcher's values of those.
@@ -228,6 +231,8 @@ class ForkServerPool:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._idle: list[ForkServer] = []
+        self._ahead = True
+        """Whether `ahead` starts servers: not in a fork server, nor in the procs it forks."""
 
     def take(self, transport: str, preload: Sequence[str] = ()) -> ForkServer:
         """An idle server for ``transport``, ``preload`` and this environment, else a new one.
@@ -249,12 +254,19 @@ class ForkServerPool:
         idle one serves them: the next launcher takes it with its imports done or under way.
         """
         with self._lock:
-            if any(server.serves(transport, preload) for server in self._idle):
+            if not self._ahead or any(server.serves(transport, preload) for server in self._idle):
                 return
         try:
             self.give_back(ForkServer(transport, preload))
         except OSError:
             return  # the first launch tries again, and says why it cannot
+
+    def no_servers_ahead(self) -> None:
+        """Start no server ahead from now on: this process is a fork server. A module it
+        preloads may call ``configure()``, which would otherwise start a server of its own,
+        which would preload the module again, and so on."""
+        with self._lock:
+            self._ahead = False
 
     def give_back(self, server: ForkServer) -> None:
         """Keep ``server`` for a later launcher (its last one has no child of it left)."""

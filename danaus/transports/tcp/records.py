@@ -33,13 +33,16 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from danaus.core import wire
 from danaus.transports.tcp.buffers import BufferCache
+
+if TYPE_CHECKING:
+    import mmap
 
 LENGTH = struct.Struct("<I")
 """The length of the record body that follows."""
@@ -97,7 +100,7 @@ class Cipher:
     def encrypts(self) -> bool:
         return self._aead is not None
 
-    def seal(self, plain: Any, into: bytearray | None = None) -> list[Any]:
+    def seal(self, plain: Any, into: bytearray | mmap.mmap | None = None) -> list[Any]:
         """The buffers of one record carrying ``plain`` (a bytes-like object).
 
         ``into``: a buffer the sealed record is written to (it must be large
@@ -161,7 +164,7 @@ def message_records(
     message: Sequence[Any],
     cipher: Cipher,
     chunk_bytes: int,
-    scratch: bytearray | None = None,
+    scratch: bytearray | mmap.mmap | None = None,
     lead_chunk_bytes: int | None = None,
     ring: Callable[[int], memoryview | None] | None = None,
 ) -> Iterator[list[Any]]:
@@ -213,7 +216,7 @@ def carried_frames(sizes: Sequence[int], room: int) -> int:
 def _chunk_record(
     plain: memoryview,
     cipher: Cipher,
-    scratch: bytearray | None,
+    scratch: bytearray | mmap.mmap | None,
     ring: Callable[[int], memoryview | None] | None,
 ) -> list[Any]:
     if ring is not None:

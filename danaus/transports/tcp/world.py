@@ -268,6 +268,8 @@ class TcpWorld(World):
             settings.job_options(), max_message_bytes=settings.payload_bytes
         )
         if not settings.workers:
+            # tcp's prepare() has started one already, unless the environment changed since;
+            # ucx and verbs start theirs here.
             POOL.ahead(cls.name, options.preload)
         world = cls(
             proc_id=ROOT,
