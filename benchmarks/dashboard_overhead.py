@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
 from _workloads import FULL, QUICK, Counts, MeshFramework, broadcast_gather, call_one_rtt, pipelined
 from headless_chromium import CHROMIUM, CHROMIUM_ARGS
-from top_overhead import cpu_seconds
+from top_overhead import cpu_by_process, cpu_seconds
 
 import danaus
 from danaus import Actor, endpoint, this_host
@@ -292,14 +292,14 @@ def _sampler_cost(spinners: Any, client: AdminClient, seconds: float) -> dict[st
     second for as long."""
     pid = spinners.slice(procs=1).pid.call_one().get(timeout=60)
     proc = _proc_of(client, pid)
-    before = _cpu_seconds(pid)
+    before = cpu_seconds([pid])
     time.sleep(seconds)
-    idle = _cpu_seconds(pid) - before
-    before = _cpu_seconds(pid)
+    idle = cpu_seconds([pid]) - before
+    before = cpu_seconds([pid])
     profile = protocol.expect(
         client.ask(protocol.Profile(proc, seconds, 100.0), timeout=60), ProfileView
     )
-    sampling = _cpu_seconds(pid) - before
+    sampling = cpu_seconds([pid]) - before
     return {
         "seconds": seconds,
         "samples": profile.samples,
@@ -351,18 +351,15 @@ def idle_cpu(job: list[int], dashboard: Dashboard | None, seconds: float) -> dic
     if dashboard is not None:
         parts["dashboard_server"] = _tree(dashboard.server.pid)
         parts["dashboard_client"] = _tree(dashboard.client.pid)
-    before = {name: cpu_seconds(pids) for name, pids in parts.items()}
+    before = {name: cpu_by_process(pids) for name, pids in parts.items()}
     time.sleep(seconds)
-    return {
-        f"{name}_cpu_ms_per_s": round(1000 * (cpu_seconds(pids) - before[name]) / seconds, 1)
-        for name, pids in parts.items()
-    }
-
-
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    used = {}
+    for name, pids in parts.items():
+        after = cpu_by_process(pids)
+        # The browser starts and ends helper processes as it goes: those that ran throughout.
+        spent = sum(after[pid] - before[name][pid] for pid in after.keys() & before[name].keys())
+        used[f"{name}_cpu_ms_per_s"] = round(1000 * spent / seconds, 1)
+    return used
 
 
 def main(argv: list[str] | None = None) -> int:

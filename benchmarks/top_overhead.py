@@ -97,20 +97,31 @@ def rounds_per_second(spinners: object, seconds: float, work_us: int) -> float:
 
 
 def cpu_seconds(pids: list[int]) -> float:
-    """CPU time the threads of the processes ``pids`` have run so far.
+    """CPU time the threads of the processes ``pids`` have run so far."""
+    return sum(cpu_by_process(pids).values())
+
+
+def cpu_by_process(pids: list[int]) -> dict[int, float]:
+    """CPU seconds each process of ``pids`` that still runs has used so far.
 
     From each thread's ``schedstat`` (nanoseconds): ``stat``'s clock ticks are
     10 ms, coarser than a few snapshots of a small job cost.
     """
-    total = 0
+    found = {}
     for pid in pids:
-        for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except FileNotFoundError:  # it ended
+            continue
+        total = 0
+        for task in tasks:
             try:
                 with open(f"/proc/{pid}/task/{task}/schedstat") as stat:
                     total += int(stat.read().split()[0])
             except FileNotFoundError:
                 continue
-    return total / 1e9
+        found[pid] = total / 1e9
+    return found
 
 
 def cpu_per_snapshot(spinners: object, snapshots: int, jobs: str) -> float:
