@@ -226,8 +226,7 @@ class Runtime:
             if observer is None
             else observer.call_sent(sender, actor, method, len(targets), reply)
         )
-        number = self._outbound.next
-        seqs = [number(proc) for proc, _ in targets]
+        seqs = self._outbound.numbers([proc for proc, _ in targets])
         for (proc, _), seq in zip(targets, seqs):
             if trace.enabled:
                 trace.events.append(
