@@ -201,33 +201,28 @@ def decode(frames: Sequence[Buffer], max_bytes: int | None = None) -> tuple[Enve
         if len(header) < _PREFIX_BYTES or not header.startswith(MAGIC):
             raise FrameError("not a Danaus frame (bad magic)")
         raise FrameError(f"protocol version {header[len(MAGIC)]}, expected {VERSION}")
-    payload = frames[1:]
-    if type(payload) is not list:
-        payload = list(payload)
-    _check_payload(payload, max_bytes)
     try:
         envelope = _decoder.decode(header[_PREFIX_BYTES:])
     except (msgspec.MsgspecError, ValueError) as exc:
         raise FrameError(f"bad envelope: {exc}") from None
-    envelope.validate()
+    payload = frames[1:]
+    if type(payload) is not list:
+        payload = list(payload)
+    check(envelope, payload, max_bytes)
     return envelope, payload
 
 
 def check(envelope: Envelope, payload: Sequence[Buffer], max_bytes: int | None = None) -> None:
-    """Validate a message that came as an envelope object rather than frames (see
-    `danaus.core.transport.Transport.send_message`), as `decode` validates frames."""
-    _check_payload(payload, max_bytes)
-    envelope.validate()
-
-
-def _check_payload(payload: Sequence[Buffer], max_bytes: int | None) -> None:
-    """Raise `FrameError` unless ``payload`` has a frame, and at most ``max_bytes`` in all."""
+    """Validate ``envelope`` and its ``payload``: a payload of at least one frame, and at
+    most ``max_bytes`` in all. `decode` checks what it decodes so; a message that came as an
+    envelope object (see `danaus.core.transport.Transport.send_message`) is checked here."""
     if not payload:
         raise FrameError("message has no payload")
     if max_bytes is not None:
         total = sum(memoryview(f).nbytes for f in payload)
         if total > max_bytes:
             raise FrameError(f"payload of {total} bytes exceeds the limit of {max_bytes}")
+    envelope.validate()
 
 
 @dataclass(frozen=True)
