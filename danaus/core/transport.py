@@ -7,8 +7,10 @@ A transport brings three things:
   run, the hosts it knows, its launcher, its trace, its random source, and the
   hooks a run may set (the unhandled-fault hook, fault sites, fault injection);
 * one `Transport` per proc: ordered, thread-safe ``send`` of frames to another
-  proc by id, a receive callback, a notice when a peer is lost, and memory
-  registration for one-sided reads and writes;
+  proc by id (and ``send_message`` of an envelope and its payload, which it
+  encodes into frames unless its procs share one OS process), a receive
+  callback, a notice when a peer is lost, and memory registration for
+  one-sided reads and writes;
 * a `Launcher` that starts procs on a host and reports when they end.
 
 A transport package ``danaus.transports.<name>`` exposes ``OPTIONS``, the
