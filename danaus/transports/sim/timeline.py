@@ -114,16 +114,8 @@ class Timeline:
                 self.now, _, _, handler, argument = heappop(heap)
             elif lane.waiting:
                 # The lane's next event takes the place of this one: one pass down the
-                # heap rather than two (it is due later, so this one comes out). Often it
-                # is still the earliest of all (a flood of answers to one proc comes
-                # through one lane), and it takes the top's place with no pass at all.
-                entry = lane.waiting.popleft()
-                size = len(heap)
-                if (size < 2 or entry < heap[1]) and (size < 3 or entry < heap[2]):
-                    self.now, _, _, handler, argument = heap[0]
-                    heap[0] = entry
-                else:
-                    self.now, _, _, handler, argument = heapreplace(heap, entry)
+                # heap rather than two (it is due later, so this one comes out).
+                self.now, _, _, handler, argument = heapreplace(heap, lane.waiting.popleft())
             else:
                 lane.queued = False
                 self.now, _, _, handler, argument = heappop(heap)
