@@ -8,6 +8,7 @@ import random
 import pytest
 
 from danaus.core.trace import Trace
+from danaus.core.wire import Reply, decode, encode
 from danaus.transports.sim.network import NetworkModel, SimNetwork
 from danaus.transports.sim.timeline import Timeline
 
@@ -32,7 +33,7 @@ def test_messages_arrive_in_time_then_send_order_whatever_their_lane(seed):
         network.add_host(f"h{i % 3}")
         endpoint = network.attach(proc, f"h{i % 3}")
         endpoint.start(
-            lambda src, frames: arrived.append((timeline.now, int(frames[0][:4]))), None, None
+            lambda src, frames: arrived.append((timeline.now, int(frames[0][:4]))), None, None, None
         )
         network.up(proc)
     heals = []
@@ -72,7 +73,7 @@ def test_a_proc_attached_again_gets_what_is_sent_to_its_id_even_in_flight():
 
     def attach(proc: str, host: str, name: str):
         endpoint = network.attach(proc, host)
-        endpoint.start(lambda src, frames: got.append((name, bytes(frames[0]))), None, None)
+        endpoint.start(lambda src, frames: got.append((name, bytes(frames[0]))), None, None, None)
         network.up(proc)
         return endpoint
 
@@ -86,3 +87,43 @@ def test_a_proc_attached_again_gets_what_is_sent_to_its_id_even_in_flight():
     sender.send("b", [b"3"])
     run_all(timeline)
     assert got == [("first b", b"1"), ("second b", b"2"), ("second b", b"3")]
+
+
+def _send_once(envelope: Reply, payload: list, as_object: bool) -> tuple[float, Reply, list]:
+    """When ``envelope`` and ``payload`` from proc a reach proc b, and what b gets."""
+    timeline = Timeline()
+    network = SimNetwork(
+        timeline, None, NetworkModel(), random.Random(0), Trace(lambda: timeline.now)
+    )
+    got = []
+
+    def on_frames(src, frames):
+        got.append((timeline.now, *decode(frames)))
+
+    def on_message(src, envelope, frames):
+        got.append((timeline.now, envelope, frames))
+
+    for proc, host in (("a", "h0"), ("b", "h1")):
+        network.add_host(host)
+        network.attach(proc, host).start(on_frames, None, None, on_message)
+        network.up(proc)
+    if as_object:
+        network.endpoints["a"].send_message("b", envelope, payload)
+    else:
+        network.endpoints["a"].send("b", encode(envelope, payload))
+    run_all(timeline)
+    [arrival] = got
+    return arrival
+
+
+def test_an_envelope_sent_as_an_object_arrives_as_it_would_encoded_with_its_payload_copied():
+    """`send_message` hands the receiver the envelope itself, not frames to decode, and the
+    payload as a copy; the message takes the time its encoded frames would have taken."""
+    envelope = Reply(7, 0, False, "a/actor", 3)
+    payload = [bytearray(b"x" * 5000)]
+    encoded_at, decoded, _ = _send_once(envelope, payload, as_object=False)
+    at, received, frames = _send_once(envelope, payload, as_object=True)
+    assert decoded == envelope and decoded is not envelope
+    assert received is envelope
+    assert frames == payload and frames[0] is not payload[0]
+    assert at == encoded_at

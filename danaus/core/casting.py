@@ -41,7 +41,7 @@ from msgspec.structs import replace
 
 from danaus.core import trace as ev
 from danaus.core.serialize import Buffer
-from danaus.core.wire import MAX_ACKS, Ack, Call, Cast, encode
+from danaus.core.wire import MAX_ACKS, Ack, Call, Cast, Envelope
 
 if TYPE_CHECKING:
     from danaus.core.ports import ReplyHandler
@@ -162,7 +162,7 @@ class _Relay:
 
 
 class Sender(Protocol):
-    def send(self, dest: str, frames: Sequence[Buffer]) -> None: ...
+    def send_message(self, dest: str, envelope: Envelope, payload: Sequence[Buffer]) -> None: ...
 
 
 class RelayingProc(Protocol):
@@ -317,7 +317,7 @@ class Relays:
                         procs=stop - start,
                     )
                 )
-            runtime.transport.send(child, encode(envelope, payload))
+            runtime.transport.send_message(child, envelope, payload)
 
     def rejected(self, src: str, hop: int) -> None:
         """A cast that came from ``src`` as ``hop`` was unreadable: nothing will come of it, so
@@ -396,12 +396,11 @@ class Relays:
             child = targets.procs[start]
             call = replace(relay.call, point=targets.points[start], seq=targets.seqs[start])
             if relay.parent is None and stop - start == 1:
-                runtime.transport.send(child, encode(call, relay.payload))
+                runtime.transport.send_message(child, call, relay.payload)
                 continue
             hop = next(self._hops)
             part = targets.part(start + 1, stop)
             cast = Cast(call, relay.origin, hop, relay.fanout, part.procs, part.points, part.seqs)
-            frames = encode(cast, relay.payload)
             # Checked and recorded at once: a loss reported between the two would find no hop
             # to take back, and the part would wait for an acknowledgement that never comes.
             with self._lock:
@@ -425,7 +424,7 @@ class Relays:
                         procs=stop - start,
                     )
                 )
-            runtime.transport.send(child, frames)
+            runtime.transport.send_message(child, cast, relay.payload)
         for part in orphaned:
             self._send(relay, part)
 
@@ -440,7 +439,7 @@ class Relays:
 
     def _flush(self) -> None:
         due, self._acks_due = self._acks_due, {}
-        send = self._runtime.transport.send
+        send = self._runtime.transport.send_message
         for proc, hops in due.items():
             for start in range(0, len(hops), MAX_ACKS):
-                send(proc, encode(Ack(tuple(hops[start : start + MAX_ACKS])), ACK_PAYLOAD))
+                send(proc, Ack(tuple(hops[start : start + MAX_ACKS])), ACK_PAYLOAD)

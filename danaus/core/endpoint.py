@@ -66,7 +66,7 @@ class Endpoint(Generic[P, R]):
     ) -> tuple[Runtime, Instance, list[Buffer]]:
         self._at.check_usable(self._spec.name)
         self._spec.check(args, kwargs)
-        payload = dumps((args, kwargs), f"an argument of {self._spec.owner}.{self._spec.name}()")
+        payload = dumps((args, kwargs), "an argument of %s.%s()", self._spec.owner, self._spec.name)
         sender = context().actor_instance
         runtime = sender.runtime
         runtime.check_size(payload, "a call of %s.%s()", self._spec.owner, self._spec.name)

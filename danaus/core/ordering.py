@@ -15,7 +15,7 @@ early; a peer's state goes when the peer is lost.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -29,40 +29,40 @@ class Outbound:
     def __init__(self) -> None:
         self._counters: dict[str, Iterator[int]] = {}
 
-    def next(self, proc: str) -> int:
-        """The number of the next call to ``proc`` (0, 1, 2...)."""
-        counter = self._counters.get(proc)
-        if counter is None:
-            # setdefault and next() on a count are atomic: two threads never share a number.
-            counter = self._counters.setdefault(proc, itertools.count())
-        return next(counter)
+    def numbers(self, procs: Iterable[str]) -> list[int]:
+        """The numbers of the next calls to ``procs``, one each (0, 1, 2... per proc): a cast
+        numbers all its targets in one pass."""
+        counters = self._counters
+        found = []
+        for proc in procs:
+            counter = counters.get(proc)
+            if counter is None:
+                # setdefault and next() on a count are atomic: two threads never share a number.
+                counter = counters.setdefault(proc, itertools.count())
+            found.append(next(counter))
+        return found
 
     def forget(self, proc: str) -> None:
         """``proc`` is lost: nothing more will be sent to it."""
         self._counters.pop(proc, None)
 
 
-class _Stream(Generic[T]):
-    __slots__ = ("expected", "held")
-
-    def __init__(self) -> None:
-        self.expected = 0
-        self.held: dict[int, T | None] | None = None
-        """The calls that came early, by number; None while there are none, as is almost
-        always so: a call in order then reads no dictionary (at thousands of procs, one
-        more object out of the CPU's caches for each)."""
-
-
 class Inbound(Generic[T]):
     """Hands on calls from each sending proc in the order they were numbered, each once.
 
-    Used on the runtime's loop thread only.
+    Used on the runtime's loop thread only. The number expected next from each
+    proc is an int in one dictionary, and the calls that came early are kept
+    in another only while there are any, as is almost never so: a call in
+    order reads no object of its own (at thousands of procs, each one more is
+    one more miss of the CPU's caches).
     """
 
-    __slots__ = ("_streams",)
+    __slots__ = ("_expected", "_held")
 
     def __init__(self) -> None:
-        self._streams: dict[str, _Stream[T]] = {}
+        self._expected: dict[str, int] = {}
+        self._held: dict[str, dict[int, T | None]] = {}
+        """The calls that came early, by sending proc, then by number."""
 
     def take(self, origin: str, seq: int, item: T | None) -> list[T] | None:
         """Call ``seq`` from proc ``origin`` arrived: the items now due, in order.
@@ -71,35 +71,35 @@ class Inbound(Generic[T]):
         arrive. None: it was handed on before (a duplicate, dropped). An item of
         None fills its place without being handed on (a call that was refused).
         """
-        stream = self._streams.get(origin)
-        if stream is None:
-            stream = self._streams[origin] = _Stream()
-        expected = stream.expected
-        held = stream.held
-        if seq == expected and held is None:
-            stream.expected = expected + 1
-            return [item] if item is not None else []
-        if seq < expected or (held is not None and seq in held):
-            return None
+        expected = self._expected.get(origin, 0)
+        held = self._held.get(origin) if self._held else None
         if held is None:
-            held = stream.held = {}
+            if seq == expected:
+                self._expected[origin] = seq + 1
+                return [item] if item is not None else []
+            if seq < expected:
+                return None
+            held = self._held[origin] = {}
+        elif seq < expected or seq in held:
+            return None
         held[seq] = item
         due: list[T] = []
-        while stream.expected in held:
-            found = held.pop(stream.expected)
-            stream.expected += 1
+        while expected in held:
+            found = held.pop(expected)
+            expected += 1
             if found is not None:
                 due.append(found)
+        self._expected[origin] = expected
         if not held:
-            stream.held = None
+            del self._held[origin]
         return due
 
     def holding(self, origin: str) -> bool:
         """Whether calls from ``origin`` wait for earlier ones."""
-        stream = self._streams.get(origin)
-        return stream is not None and stream.held is not None
+        return origin in self._held
 
     def forget(self, origin: str) -> int:
         """``origin`` is lost: drop its state; how many held calls were dropped with it."""
-        stream = self._streams.pop(origin, None)
-        return len(stream.held) if stream is not None and stream.held is not None else 0
+        self._expected.pop(origin, None)
+        held = self._held.pop(origin, None)
+        return len(held) if held is not None else 0

@@ -45,11 +45,13 @@ from danaus.core.wire import (
     Ack,
     Call,
     Cast,
+    Envelope,
     Fail,
     FrameError,
     PortRef,
     Reply,
     Returned,
+    check,
     decode,
     encode,
     rejected,
@@ -154,7 +156,7 @@ class Runtime:
         receiving."""
         for key, actor in system_actors(self, host_agent).items():
             self._actors[key] = Instance.system(self, key, actor)
-        self.transport.start(self._on_frames, self._on_loss, self._on_refused)
+        self.transport.start(self._on_frames, self._on_loss, self._on_refused, self._on_message)
 
     def observe(self, observer: Observer | None) -> None:
         """Report to ``observer`` from now on (None: to nobody)."""
@@ -236,8 +238,7 @@ class Runtime:
             if observer is None
             else observer.call_sent(sender, actor, method, len(targets), reply)
         )
-        number = self._outbound.next
-        seqs = [number(proc) for proc, _ in targets]
+        seqs = self._outbound.numbers([proc for proc, _ in targets])
         for (proc, _), seq in zip(targets, seqs):
             if trace.enabled:
                 trace.events.append(
@@ -264,7 +265,7 @@ class Runtime:
             envelope = Call(
                 actor, method, reply, point, labels, sizes, sender.actor_id, seq, carried, plain
             )
-            self.transport.send(proc, encode(envelope, payload))
+            self.transport.send_message(proc, envelope, payload)
 
     def send_reply(
         self,
@@ -295,9 +296,8 @@ class Runtime:
                     bytes=nbytes(payload),
                 )
             )
-        self.transport.send(
-            port.proc,
-            encode(Reply(port.port, rank, error, sender.actor_id, seq, returnable), payload),
+        self.transport.send_message(
+            port.proc, Reply(port.port, rank, error, sender.actor_id, seq, returnable), payload
         )
 
     def send_failure(self, sender: Instance, owner: tuple[str, str], failure: MeshFailure) -> None:
@@ -307,7 +307,7 @@ class Runtime:
         self.trace.record(
             ev.FailureSent(proc=self.proc_id, src=sender.actor_id, seq=seq, dst=proc, failure=key)
         )
-        self.transport.send(proc, encode(Fail(key, sender.actor_id, seq), dumps(failure)))
+        self.transport.send_message(proc, Fail(key, sender.actor_id, seq), dumps(failure))
 
     def watch(self, proc: str) -> None:
         """Be told (through the supervisor and pending calls) when ``proc`` is lost.
@@ -377,7 +377,7 @@ class Runtime:
         """Return a message that cannot be delivered to ``dest`` to its sender, on proc ``src``."""
         log.info("message from %s to %s is undeliverable: %s", sender, dest, why)
         message = UndeliverableMessageEnvelope(sender, dest, why)
-        self.transport.send(src, encode(Returned(sender, seq), dumps(message)))
+        self.transport.send_message(src, Returned(sender, seq), dumps(message))
 
     def open_port(self, handler: PortHandler) -> PortRef:
         handler.table = self
@@ -450,9 +450,25 @@ class Runtime:
         try:
             envelope, payload = decode(frames, self.max_payload)
         except FrameError as exc:
-            log.error("proc %s rejected a message from %s: %s", self.proc_id, src, exc)
-            self._refuse(src, frames, exc)
+            self._rejected(src, frames, exc)
             return
+        self._route(src, envelope, payload)
+
+    def _on_message(self, src: str, envelope: Envelope, payload: list[Buffer]) -> None:
+        """A message whose envelope came as an object: checked as `_on_frames` checks frames."""
+        try:
+            check(envelope, payload, self.max_payload)
+        except FrameError as exc:
+            self._rejected(src, encode(envelope, payload), exc)
+            return
+        self._route(src, envelope, payload)
+
+    def _rejected(self, src: str, frames: list[Buffer], error: FrameError) -> None:
+        log.error("proc %s rejected a message from %s: %s", self.proc_id, src, error)
+        self._refuse(src, frames, error)
+
+    def _route(self, src: str, envelope: Envelope, payload: list[Buffer]) -> None:
+        """Hand a valid message from proc ``src`` on, by the kind of its envelope."""
         kind = envelope.__class__  # each kind of envelope is a final class
         if kind is Call:
             self._arrived(envelope.origin or src, envelope, payload)

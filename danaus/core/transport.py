@@ -7,8 +7,10 @@ A transport brings three things:
   run, the hosts it knows, its launcher, its trace, its random source, and the
   hooks a run may set (the unhandled-fault hook, fault sites, fault injection);
 * one `Transport` per proc: ordered, thread-safe ``send`` of frames to another
-  proc by id, a receive callback, a notice when a peer is lost, and memory
-  registration for one-sided reads and writes;
+  proc by id (and ``send_message`` of an envelope and its payload, which it
+  encodes into frames unless its procs share one OS process), a receive
+  callback, a notice when a peer is lost, and memory registration for
+  one-sided reads and writes;
 * a `Launcher` that starts procs on a host and reports when they end.
 
 A transport package ``danaus.transports.<name>`` exposes ``OPTIONS``, the
@@ -35,6 +37,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from danaus.core.errors import SupervisionError
 from danaus.core.serialize import Buffer
 from danaus.core.settings import JobOptions
+from danaus.core.wire import Envelope, encode
 
 if TYPE_CHECKING:
     from danaus.core.bootstrap import BootstrapCommand
@@ -52,6 +55,9 @@ ROOT = "root"
 
 FrameHandler = Callable[[str, list[Buffer]], None]
 """Receives ``(sender proc, frames)`` on the world's loop thread."""
+MessageHandler = Callable[[str, Envelope, list[Buffer]], None]
+"""Receives ``(sender proc, envelope, payload frames)`` on the world's loop thread: a message
+whose envelope its transport handed over as an object (see `Transport.send_message`)."""
 RefusalHandler = Callable[[str, list[Buffer], BaseException], None]
 """Told, on the world's loop thread, of a message from ``sender proc`` that its transport
 refused before delivery: its leading frames that were read (its envelope first, unless even
@@ -164,13 +170,19 @@ class Transport(ABC):
 
     @abstractmethod
     def start(
-        self, on_frames: FrameHandler, on_loss: LossHandler, on_refused: RefusalHandler
+        self,
+        on_frames: FrameHandler,
+        on_loss: LossHandler,
+        on_refused: RefusalHandler,
+        on_message: MessageHandler,
     ) -> None:
         """Begin delivering. The callbacks are called on the world's loop thread.
 
         A message the transport refuses (larger than the world's
         ``max_message_bytes``) goes to ``on_refused``, in its place in the order
         of its sender's messages; the connection goes on with the next one.
+        A message whose envelope the transport hands over as an object (see
+        `send_message`) goes to ``on_message``, every other to ``on_frames``.
         """
 
     @abstractmethod
@@ -184,6 +196,19 @@ class Transport(ABC):
         the two is declared lost.
         The frames may be read after ``send`` returns; callers do not mutate them.
         """
+
+    def send_message(self, dest: str, envelope: Envelope, payload: Sequence[Buffer]) -> None:
+        """Send ``envelope`` and its ``payload`` frames to ``dest``, as `send` sends frames.
+
+        They are encoded into frames (`danaus.core.wire.encode`), which the
+        receiver decodes and validates. A transport whose procs share one OS
+        process may hand the envelope object itself to the receiver's
+        ``on_message`` instead, which validates it without decoding: an
+        envelope is immutable, so the two procs share no state through it,
+        and the payload frames are copied as `send` copies them, so no value
+        in them is shared either.
+        """
+        self.send(dest, encode(envelope, payload))
 
     @abstractmethod
     def watch(self, proc: str) -> None:

@@ -47,7 +47,7 @@ class PortRef(msgspec.Struct, frozen=True, array_like=True):
     port: int
 
 
-class Call(msgspec.Struct, tag="call", array_like=True, omit_defaults=True):
+class Call(msgspec.Struct, tag="call", array_like=True, frozen=True, omit_defaults=True):
     """Run endpoint ``method`` of the actor ``actor`` on the receiving proc.
 
     ``carried`` is what instrumentation passes from caller to callee (an
@@ -81,7 +81,7 @@ class Call(msgspec.Struct, tag="call", array_like=True, omit_defaults=True):
             raise FrameError("call: point out of range")
 
 
-class Cast(msgspec.Struct, tag="cast", array_like=True):
+class Cast(msgspec.Struct, tag="cast", array_like=True, frozen=True):
     """A call travelling along a cast's tree (`danaus.core.casting`).
 
     The receiving proc delivers ``call`` to its actor and passes it on to the
@@ -114,7 +114,7 @@ class Cast(msgspec.Struct, tag="cast", array_like=True):
             raise FrameError("cast: point out of range")
 
 
-class Ack(msgspec.Struct, tag="ack", array_like=True):
+class Ack(msgspec.Struct, tag="ack", array_like=True, frozen=True):
     """Every proc that the receiving proc's casts ``hops`` were for has them (or is lost)."""
 
     hops: Annotated[tuple[Count, ...], msgspec.Meta(max_length=MAX_ACKS)]
@@ -123,7 +123,7 @@ class Ack(msgspec.Struct, tag="ack", array_like=True):
         pass
 
 
-class Reply(msgspec.Struct, tag="reply", array_like=True):
+class Reply(msgspec.Struct, tag="reply", array_like=True, frozen=True):
     """A value (or, if ``error``, a failure) sent to port ``port`` of the receiving proc.
 
     ``returnable``: sent by user code through a `Port` that wants undeliverable
@@ -142,7 +142,7 @@ class Reply(msgspec.Struct, tag="reply", array_like=True):
             raise FrameError("reply: negative rank")
 
 
-class Fail(msgspec.Struct, tag="fail", array_like=True):
+class Fail(msgspec.Struct, tag="fail", array_like=True, frozen=True):
     """A member of a mesh owned by actor ``owner`` of the receiving proc failed (payload: why)."""
 
     owner: str
@@ -153,7 +153,7 @@ class Fail(msgspec.Struct, tag="fail", array_like=True):
         pass
 
 
-class Returned(msgspec.Struct, tag="returned", array_like=True):
+class Returned(msgspec.Struct, tag="returned", array_like=True, frozen=True):
     """A message the sending proc could not deliver, back to its sender (payload: why)."""
 
     sender: str
@@ -177,6 +177,11 @@ def encode(envelope: Envelope, payload: Sequence[Buffer]) -> list[Buffer]:
     return [_PREFIX + _encoder.encode(envelope), *payload]
 
 
+def header_bytes(envelope: Envelope) -> int:
+    """The size of the header frame `encode` makes for ``envelope``."""
+    return _PREFIX_BYTES + len(_encoder.encode(envelope))
+
+
 def decode(frames: Sequence[Buffer], max_bytes: int | None = None) -> tuple[Envelope, list[Buffer]]:
     """Validate ``frames``; return the envelope and the payload frames."""
     if not frames:
@@ -196,21 +201,28 @@ def decode(frames: Sequence[Buffer], max_bytes: int | None = None) -> tuple[Enve
         if len(header) < _PREFIX_BYTES or not header.startswith(MAGIC):
             raise FrameError("not a Danaus frame (bad magic)")
         raise FrameError(f"protocol version {header[len(MAGIC)]}, expected {VERSION}")
-    payload = frames[1:]
-    if not payload:
-        raise FrameError("message has no payload")
-    if type(payload) is not list:
-        payload = list(payload)
-    if max_bytes is not None:
-        total = sum(memoryview(f).nbytes for f in payload)
-        if total > max_bytes:
-            raise FrameError(f"payload of {total} bytes exceeds the limit of {max_bytes}")
     try:
         envelope = _decoder.decode(header[_PREFIX_BYTES:])
     except (msgspec.MsgspecError, ValueError) as exc:
         raise FrameError(f"bad envelope: {exc}") from None
-    envelope.validate()
+    payload = frames[1:]
+    if type(payload) is not list:
+        payload = list(payload)
+    check(envelope, payload, max_bytes)
     return envelope, payload
+
+
+def check(envelope: Envelope, payload: Sequence[Buffer], max_bytes: int | None = None) -> None:
+    """Validate ``envelope`` and its ``payload``: a payload of at least one frame, and at
+    most ``max_bytes`` in all. `decode` checks what it decodes so; a message that came as an
+    envelope object (see `danaus.core.transport.Transport.send_message`) is checked here."""
+    if not payload:
+        raise FrameError("message has no payload")
+    if max_bytes is not None:
+        total = sum(memoryview(f).nbytes for f in payload)
+        if total > max_bytes:
+            raise FrameError(f"payload of {total} bytes exceeds the limit of {max_bytes}")
+    envelope.validate()
 
 
 @dataclass(frozen=True)

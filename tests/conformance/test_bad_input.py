@@ -61,3 +61,24 @@ def test_a_call_the_receiver_rejects_is_answered_with_an_error(run):
     refused, answer = run(main)
     assert "rejected the call" in refused and "bool" in refused
     assert answer == "pong"
+
+
+def test_an_invalid_envelope_sent_as_an_object_is_rejected_as_its_frames_would_be(run):
+    """A transport may hand an envelope over without encoding it (`send_message`): the
+    receiver still validates it, and its caller hears why it was rejected."""
+
+    def main():
+        echo = this_host().spawn_procs({"w": 1}).spawn("echo", Echo)
+        echo.initialized.get(timeout=30)
+        port, answers = Channel.open()
+        runtime = context().actor_instance.runtime
+        [(proc, _)] = placement_of(echo).targets()
+        bad = Call(placement_of(echo).mesh_id, "ping", port.ref, 1, ("w",), (1,), "root/client", 0)
+        runtime.transport.send_message(proc, bad, dumps(((), {})))
+        with pytest.raises(SerializationError) as refused:
+            answers.recv().get(timeout=30)
+        return str(refused.value), echo.ping.call_one().get(timeout=30)
+
+    refused, answer = run(main)
+    assert "rejected the call" in refused and "point out of range" in refused
+    assert answer == "pong"

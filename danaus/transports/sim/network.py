@@ -11,7 +11,9 @@ discrete-event simulator gives, without a process per message.
 Messages from one proc to another never overtake each other (every real
 transport here keeps per-pair order), and every message is copied at send
 time, as a real network would, so the receiver never shares the sender's
-memory.
+memory. A message sent with its envelope as an object (`send_message`) keeps
+it so: the receiver gets the immutable envelope itself, not frames to decode,
+and the network counts the bytes its header frame would take.
 
 A message in flight is an event of the `Timeline`: its arrival, through the
 `Lane` of the queue that served it last (the messages a queue passes on
@@ -52,11 +54,13 @@ from danaus.core.transport import (
     FrameHandler,
     LossHandler,
     MemoryHandle,
+    MessageHandler,
     ProcLoss,
     RefusalHandler,
     Transport,
     memory_owner_lost,
 )
+from danaus.core.wire import Envelope, header_bytes
 from danaus.transports.frames import copy_frames
 from danaus.transports.sim.timeline import Lane, Timeline
 
@@ -139,10 +143,13 @@ class _Message(msgspec.Struct, eq=False):
     src: str
     dst: str
     frames: list[Buffer] | None
+    """The frames for the runtime: the payload alone when ``envelope`` is set."""
     size: int
     deliver: Callable[[], None] | None = None
     receiver: SimTransport | None = None
     """The endpoint of ``dst`` when it was sent on its way (see `SimTransport.replaced`)."""
+    envelope: Envelope | None = None
+    """The message's envelope, handed over as it was sent (None: it is in ``frames``)."""
 
 
 class _MemoryOp:
@@ -226,6 +233,7 @@ class SimTransport(Transport):
         "nic",
         "on_frames",
         "on_loss",
+        "on_message",
         "pauses",
         "proc_id",
         "replaced",
@@ -251,6 +259,7 @@ class SimTransport(Transport):
         """Another endpoint was attached under this proc id: messages go to that one."""
         self.state = ProcState.BOOTING
         self.on_frames: FrameHandler | None = None
+        self.on_message: MessageHandler | None = None
         self.on_loss: LossHandler | None = None
         self.pauses = 0
         self.slowness = 0.0
@@ -260,16 +269,29 @@ class SimTransport(Transport):
         self.held_out: list[_Message] = []
 
     def start(
-        self, on_frames: FrameHandler, on_loss: LossHandler, on_refused: RefusalHandler
+        self,
+        on_frames: FrameHandler,
+        on_loss: LossHandler,
+        on_refused: RefusalHandler,
+        on_message: MessageHandler,
     ) -> None:
         """Begin delivering (the simulated network refuses no message: senders check the
         job's ``max_message_bytes``)."""
         self.on_frames = on_frames
+        self.on_message = on_message
         self.on_loss = on_loss
 
     def send(self, dest: str, frames: Sequence[Buffer]) -> None:
         copied = copy_frames(frames)
         self.network.dispatch(self, _Message(self.proc_id, dest, copied, sum(map(len, copied))))
+
+    def send_message(self, dest: str, envelope: Envelope, payload: Sequence[Buffer]) -> None:
+        """Send the envelope as it is: every proc lives in this OS process, and an envelope is
+        immutable (the payload is copied as `send` copies it)."""
+        copied = copy_frames(payload)
+        size = header_bytes(envelope) + sum(map(len, copied))
+        message = _Message(self.proc_id, dest, copied, size, envelope=envelope)
+        self.network.dispatch(self, message)
 
     def watch(self, proc: str) -> None:
         self.network.watch(self.proc_id, proc)
@@ -602,7 +624,10 @@ class SimNetwork:
         if endpoint.state is _PAUSED:
             endpoint.held_in.append(message)
         elif endpoint.state is _UP:
-            if message.deliver is not None:
+            if message.envelope is not None:
+                if endpoint.on_message is not None:
+                    endpoint.on_message(message.src, message.envelope, message.frames)
+            elif message.deliver is not None:
                 message.deliver()
             elif endpoint.on_frames is not None:
                 endpoint.on_frames(message.src, message.frames)

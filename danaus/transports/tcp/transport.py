@@ -33,6 +33,7 @@ from danaus.core.transport import (
     FrameHandler,
     LossHandler,
     MemoryHandle,
+    MessageHandler,
     ProcLoss,
     RefusalHandler,
     Transport,
@@ -134,8 +135,13 @@ class TcpTransport(Transport):
     # The transport's contract: any thread may call these.
 
     def start(
-        self, on_frames: FrameHandler, on_loss: LossHandler, on_refused: RefusalHandler
+        self,
+        on_frames: FrameHandler,
+        on_loss: LossHandler,
+        on_refused: RefusalHandler,
+        on_message: MessageHandler,
     ) -> None:
+        """Begin delivering (every message comes as frames: ``on_message`` is never called)."""
         self._on_frames = on_frames
         self._on_loss = on_loss
         self._on_refused = on_refused
