@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -17,7 +18,6 @@ from danaus.transports.verbs.device import (
     DeviceError,
     Endpoint,
     QpState,
-    Timeouts,
     WcOpcode,
     WcStatus,
     WrOpcode,
@@ -125,7 +125,7 @@ def test_a_send_without_a_posted_receive_waits_for_one(pair):
 
 def test_receiver_not_ready_fails_the_send_once_rnr_retry_is_spent(devices):
     a, b = side(devices[0]), side(devices[1])
-    connect(a, b, Timeouts(timeout=8, retry_count=2, rnr_retry=1, min_rnr_timer=1))
+    connect(a, b, dataclasses.replace(FAST, rnr_retry=1))
     a.qp.post_send(1, WrOpcode.SEND, a.address, 4, a.region.lkey)
     a.qp.post_send(2, WrOpcode.SEND, a.address, 4, a.region.lkey)
     first, second = wait_for(a.cq, 2)
