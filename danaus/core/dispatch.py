@@ -201,10 +201,9 @@ class Dispatcher:
                 raise
             self._answer_error(call, explicit, exc)
         else:
-            if call.reply is not None and not explicit:
-                delayed = self._answer(call, result)
-                if delayed is not None:
-                    await delayed
+            delayed = self._answer(call, explicit, result)
+            if delayed is not None:
+                await delayed
         finally:
             self.running = None
             self.in_async_call = False
@@ -232,13 +231,16 @@ class Dispatcher:
             self._last_context = (call.point, extent.labels, extent.sizes, context)
         return context
 
-    def _answer(self, call: Call, result: Any) -> Coroutine[Any, Any, None] | None:
-        """Send the caller of ``call`` what the endpoint returned.
+    def _answer(self, call: Call, explicit: bool, result: Any) -> Coroutine[Any, Any, None] | None:
+        """Send the caller of ``call`` what the endpoint returned, unless nobody waits for it
+        or the endpoint answers through its own port (``explicit``).
 
         If a fault site delays replies, the answer goes once that delay has
-        passed: what to await is returned (None: sent now, without the cost of
-        a coroutine for every answer).
+        passed: what to await is returned (None: sent now, or not at all, without
+        the cost of a coroutine for every answer).
         """
+        if call.reply is None or explicit:
+            return None
         sites = self.runtime.world.sites
         if sites is not None and (delay := sites.delay("reply")):
             return self._answer_after(delay, call, result)
@@ -310,10 +312,9 @@ class Dispatcher:
         except BaseException as exc:
             self._answer_error(call, explicit, exc)
         else:
-            if call.reply is not None and not explicit:
-                delayed = self._answer(call, result)
-                if delayed is not None:
-                    await delayed
+            delayed = self._answer(call, explicit, result)
+            if delayed is not None:
+                await delayed
 
     async def end_concurrent(self, reason: BaseException) -> None:
         """Cancel the `concurrent_endpoint` bodies still running; their callers get ``reason``."""
