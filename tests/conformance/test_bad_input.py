@@ -41,8 +41,9 @@ def test_shapes_are_checked_at_the_call(run):
     assert answer == "pong"
 
 
-def test_a_call_the_receiver_rejects_is_answered_with_an_error(run):
-    """A message that fails validation at the receiving proc still ends its caller's wait."""
+def _sent_to_an_echo(send, bad_call):
+    """``main`` for `run`: ``bad_call(mesh_id, reply)`` sent to an echo actor's proc by
+    ``send(runtime, proc, call)``; the error its caller heard, then the echo's next answer."""
 
     def main():
         echo = this_host().spawn_procs({"w": 1}).spawn("echo", Echo)
@@ -50,15 +51,22 @@ def test_a_call_the_receiver_rejects_is_answered_with_an_error(run):
         port, answers = Channel.open()
         runtime = context().actor_instance.runtime
         [(proc, _)] = placement_of(echo).targets()
-        bad = Call(
-            placement_of(echo).mesh_id, "ping", port.ref, 0, ("w",), (True,), "root/client", 0
-        )
-        runtime.transport.send(proc, encode(bad, dumps(((), {}))))
+        send(runtime, proc, bad_call(placement_of(echo).mesh_id, port.ref))
         with pytest.raises(SerializationError) as refused:
             answers.recv().get(timeout=30)
         return str(refused.value), echo.ping.call_one().get(timeout=30)
 
-    refused, answer = run(main)
+    return main
+
+
+def test_a_call_the_receiver_rejects_is_answered_with_an_error(run):
+    """A message that fails validation at the receiving proc still ends its caller's wait."""
+    refused, answer = run(
+        _sent_to_an_echo(
+            lambda runtime, proc, bad: runtime.transport.send(proc, encode(bad, dumps(((), {})))),
+            lambda mesh, reply: Call(mesh, "ping", reply, 0, ("w",), (True,), "root/client", 0),
+        )
+    )
     assert "rejected the call" in refused and "bool" in refused
     assert answer == "pong"
 
@@ -66,19 +74,11 @@ def test_a_call_the_receiver_rejects_is_answered_with_an_error(run):
 def test_an_invalid_envelope_sent_as_an_object_is_rejected_as_its_frames_would_be(run):
     """A transport may hand an envelope over without encoding it (`send_message`): the
     receiver still validates it, and its caller hears why it was rejected."""
-
-    def main():
-        echo = this_host().spawn_procs({"w": 1}).spawn("echo", Echo)
-        echo.initialized.get(timeout=30)
-        port, answers = Channel.open()
-        runtime = context().actor_instance.runtime
-        [(proc, _)] = placement_of(echo).targets()
-        bad = Call(placement_of(echo).mesh_id, "ping", port.ref, 1, ("w",), (1,), "root/client", 0)
-        runtime.transport.send_message(proc, bad, dumps(((), {})))
-        with pytest.raises(SerializationError) as refused:
-            answers.recv().get(timeout=30)
-        return str(refused.value), echo.ping.call_one().get(timeout=30)
-
-    refused, answer = run(main)
+    refused, answer = run(
+        _sent_to_an_echo(
+            lambda runtime, proc, bad: runtime.transport.send_message(proc, bad, dumps(((), {}))),
+            lambda mesh, reply: Call(mesh, "ping", reply, 1, ("w",), (1,), "root/client", 0),
+        )
+    )
     assert "rejected the call" in refused and "point out of range" in refused
     assert answer == "pong"
