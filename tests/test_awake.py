@@ -82,13 +82,29 @@ def test_a_wait_shorter_than_the_spin_only_polls(waits: awake.Waits, yields: lis
 
 
 class _Clock:
-    """``time`` for `awake`: its ``perf_counter`` moves only when a yield runs another thread."""
+    """``time`` and ``os.sched_yield`` for `awake`: its ``perf_counter`` moves only when a
+    yield runs another thread, for ``takes`` seconds; each yield is kept in ``yields``."""
 
     def __init__(self) -> None:
         self.now = 1000.0
+        self.takes = SLICE
+        self.yields: list[float] = []
 
     def perf_counter(self) -> float:
         return self.now
+
+    def sched_yield(self) -> None:
+        self.yields.append(self.now)
+        self.now += self.takes
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    """Every yield of `awake` runs another thread for a time slice, unless the test says."""
+    found = _Clock()
+    monkeypatch.setattr(awake, "time", found)
+    monkeypatch.setattr(awake.os, "sched_yield", found.sched_yield)
+    return found
 
 
 class _NeverFree:
@@ -102,20 +118,11 @@ SLICE = 0.004
 """What a yield takes when another thread computes on its CPU: a scheduler's time slice."""
 
 
-def test_a_yield_that_hands_the_cpu_over_briefly_does_not_pause_polling(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_yield_that_hands_the_cpu_over_briefly_does_not_pause_polling(clock: _Clock) -> None:
     """A yield that lets a thread of the job run for a moment (the one that reads the awaited
     message, say) is the hand-off polling is for, not a sign of a host short of CPU."""
-    clock = _Clock()
-    yields: list[float] = []
-
-    def handing_over() -> None:
-        yields.append(clock.now)
-        clock.now += 100e-6
-
-    monkeypatch.setattr(awake, "time", clock)
-    monkeypatch.setattr(awake.os, "sched_yield", handing_over)
+    clock.takes = 100e-6
+    yields = clock.yields
     waits = awake.Waits(1000)
     waits.acquire(_NeverFree(), 30)  # type: ignore[arg-type]
     assert len(yields) >= 10  # the whole spin (1 ms), one yield per 100 us
@@ -124,19 +131,8 @@ def test_a_yield_that_hands_the_cpu_over_briefly_does_not_pause_polling(
     assert len(yields) == 2 * polled  # and the next wait polls as long
 
 
-def test_polling_pauses_while_the_cpu_is_wanted_elsewhere(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    clock = _Clock()
-    yields: list[float] = []
-
-    def busy_yield() -> None:
-        """Each yield runs another thread for a time slice: the CPU has no time to spare."""
-        yields.append(clock.now)
-        clock.now += SLICE
-
-    monkeypatch.setattr(awake, "time", clock)
-    monkeypatch.setattr(awake.os, "sched_yield", busy_yield)
+def test_polling_pauses_while_the_cpu_is_wanted_elsewhere(clock: _Clock) -> None:
+    yields = clock.yields
     waits = awake.Waits(50_000)
     lock = _NeverFree()
     assert waits.acquire(lock, 30)  # type: ignore[arg-type]
@@ -155,40 +151,20 @@ def test_polling_pauses_while_the_cpu_is_wanted_elsewhere(
     assert len(yields) == 3
 
 
-def test_polling_resumes_at_full_length_once_yields_come_back_at_once(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    clock = _Clock()
-    yields: list[float] = []
-    busy = [True]
-
-    def yield_() -> None:
-        yields.append(clock.now)
-        clock.now += SLICE if busy[0] else 1e-6
-
-    monkeypatch.setattr(awake, "time", clock)
-    monkeypatch.setattr(awake.os, "sched_yield", yield_)
+def test_polling_resumes_at_full_length_once_yields_come_back_at_once(clock: _Clock) -> None:
     waits = awake.Waits(1000)
     lock = _NeverFree()
     waits.acquire(lock, 30)  # type: ignore[arg-type]
     clock.now += 10 * awake.BACKOFF
-    busy[0] = False
+    clock.takes = 1e-6
     waits.acquire(lock, 30)  # type: ignore[arg-type]
-    assert len(yields) > 100  # a whole spin of quick yields
+    assert len(clock.yields) > 100  # a whole spin of quick yields
     assert waits._backoff == awake.BACKOFF
 
 
-def test_a_pause_is_the_waits_own(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_pause_is_the_waits_own(clock: _Clock) -> None:
     """Polling that paused in one world's waits goes on in another's: they share nothing."""
-    clock = _Clock()
-    yields: list[float] = []
-
-    def busy_yield() -> None:
-        yields.append(clock.now)
-        clock.now += SLICE
-
-    monkeypatch.setattr(awake, "time", clock)
-    monkeypatch.setattr(awake.os, "sched_yield", busy_yield)
+    yields = clock.yields
     paused, other = awake.Waits(50_000), awake.Waits(50_000)
     paused.acquire(_NeverFree(), 30)  # type: ignore[arg-type]
     paused.acquire(_NeverFree(), 30)  # type: ignore[arg-type]
