@@ -23,10 +23,25 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = Path(danaus.__file__).parent
 
 
-def imported_modules(path: Path) -> set[str]:
-    """Every module a source file imports, at any depth (functions and TYPE_CHECKING too)."""
+def imported_modules(path: Path, *, with_typing_only: bool = True) -> set[str]:
+    """Every module a source file imports, at any depth (functions too), and those under
+    ``if TYPE_CHECKING:`` (imported for type checkers only) unless ``with_typing_only`` is false."""
+    tree = ast.parse(path.read_text(), str(path))
+    skipped = (
+        set()
+        if with_typing_only
+        else {
+            id(inner)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for part in node.body
+            for inner in ast.walk(part)
+        }
+    )
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module is not None:
@@ -49,36 +64,17 @@ def test_the_checker_sees_imports_inside_functions(tmp_path):
     assert "danaus.transports.tcp" in imported_modules(source)
 
 
-def run_time_imports(path: Path) -> set[str]:
-    """The modules a source file imports when it runs: at any depth, functions included, but
-    not under ``if TYPE_CHECKING:`` (imported for type checkers only)."""
-    tree = ast.parse(path.read_text(), str(path))
-    typing_only = {
-        id(inner)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-        for part in node.body
-        for inner in ast.walk(part)
-    }
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module is not None:
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return found
-
-
 def import_graph(folder: Path, package: str) -> dict[str, set[str]]:
     """For each module of ``folder`` (the package ``package``), the modules of the same
     folder it imports when it runs."""
     modules = {f"{package}.{path.stem}": path for path in folder.glob("*.py")}
     modules.pop(f"{package}.__init__", None)
     return {
-        name: {other for other in run_time_imports(path) if other in modules and other != name}
+        name: {
+            other
+            for other in imported_modules(path, with_typing_only=False)
+            if other in modules and other != name
+        }
         for name, path in modules.items()
     }
 
