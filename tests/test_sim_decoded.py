@@ -80,37 +80,29 @@ class Member(Actor):
         return self.name
 
 
-def test_a_mesh_decodes_its_class_and_unchangeable_arguments_once(monkeypatch):
+def _decodes_of_a_mesh(monkeypatch, module, name):
+    """The frame counts ``module.name`` decoded, one per call, while a mesh of 16 members on
+    2 hosts started and answered once."""
     decodes = []
-    real = spawn_order.loads
+    real = getattr(module, name)
 
     def counted(frames):
         decodes.append(len(frames))
         return real(frames)
 
-    monkeypatch.setattr(spawn_order, "loads", counted)
+    monkeypatch.setattr(module, name, counted)
 
     def main():
         mesh = hosts().spawn_procs({"gpus": 8}).spawn("member", Member, "m", (1, 2))
         return list(mesh.ping.call().get().values())
 
     assert danaus.sim.run(main, hosts=2, seed=0).value == ["m"] * 16
-    assert decodes == [1]
+    return decodes
+
+
+def test_a_mesh_decodes_its_class_and_unchangeable_arguments_once(monkeypatch):
+    assert _decodes_of_a_mesh(monkeypatch, spawn_order, "loads") == [1]
 
 
 def test_a_mesh_decodes_its_spawn_order_once(monkeypatch):
-    decodes = []
-    real = dispatch._unchanging
-
-    def counted(payload):
-        decodes.append(len(payload))
-        return real(payload)
-
-    monkeypatch.setattr(dispatch, "_unchanging", counted)
-
-    def main():
-        mesh = hosts().spawn_procs({"gpus": 8}).spawn("member", Member, "m", (1, 2))
-        return list(mesh.ping.call().get().values())
-
-    assert danaus.sim.run(main, hosts=2, seed=0).value == ["m"] * 16
-    assert decodes == [1]
+    assert _decodes_of_a_mesh(monkeypatch, dispatch, "_unchanging") == [1]
