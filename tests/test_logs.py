@@ -3,29 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 import pytest
 
 from danaus.core.logs import LoggingOptions, OutputAggregator
-
-
-class Timers:
-    """A fake clock with timers that fire when the test advances it."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.pending: list[tuple[float, Callable[[], None]]] = []
-
-    def call_later(self, delay: float, fn: Callable[[], None]) -> None:
-        self.pending.append((self.now + delay, fn))
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-        due = [fn for at, fn in self.pending if at <= self.now]
-        self.pending = [(at, fn) for at, fn in self.pending if at > self.now]
-        for fn in due:
-            fn()
+from tests.timers import Timers
 
 
 def aggregator() -> tuple[OutputAggregator, list[str], Timers]:
